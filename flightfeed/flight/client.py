@@ -1,0 +1,327 @@
+"""An asyncio Flight client on grpclib, speaking to any Flight server.
+
+Data calls read and write FlightData through the same zero-copy codec as the server. Failed
+calls raise the server's typed FlightfeedError when it sent one (flightfeed servers do), else
+RemoteError with the gRPC status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlparse
+
+import anyio
+import grpclib.client
+import pyarrow as pa
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+
+from .._generated.arrow.flight.protocol import (
+    Action,
+    ActionType,
+    Criteria,
+    Empty,
+    FlightDescriptor,
+    FlightDescriptorDescriptorType,
+    FlightInfo,
+    HandshakeRequest,
+    HandshakeResponse,
+    PollInfo,
+    PutResult,
+    Result,
+    SchemaResult,
+    Ticket,
+)
+from ..errors import FlightfeedError, InvalidArgument, RemoteError
+from .grpc import GrpcChannel, RawBytes
+from .schema import schema_from_ipc
+from .status import from_grpc_error
+from .streams import FlightDataReader, FlightDataWriter
+from .wire import DEFAULT_MAX_MESSAGE_SIZE
+
+SERVICE = "/arrow.flight.protocol.FlightService/"
+Metadata = Mapping[str, str | bytes]
+BatchSource = AsyncIterable[pa.RecordBatch] | AsyncIterable[tuple[pa.RecordBatch, bytes | None]]
+
+
+def parse_location(location: str) -> tuple[str, int]:
+    """`grpc://host:port` (or grpc+tcp://, or bare host:port) → (host, port)."""
+    url = urlparse(location if "://" in location else f"grpc://{location}")
+    if url.scheme not in ("grpc", "grpc+tcp") or not url.hostname or url.port is None:
+        raise InvalidArgument(f"unsupported Flight location {location!r}: want grpc://host:port")
+    return url.hostname, url.port
+
+
+def path_descriptor(*path: str) -> FlightDescriptor:
+    return FlightDescriptor(type=FlightDescriptorDescriptorType.PATH, path=list(path))
+
+
+def command_descriptor(command: bytes) -> FlightDescriptor:
+    return FlightDescriptor(type=FlightDescriptorDescriptorType.CMD, cmd=command)
+
+
+class DoGetCall:
+    """A DoGet in flight: iterate it for batches, or `async with` it for the reader."""
+
+    def __init__(self, client: FlightClient, ticket: bytes, metadata: Metadata | None) -> None:
+        self._client = client
+        self._ticket = ticket
+        self._metadata = metadata
+        self._context: Any = None
+
+    async def __aenter__(self) -> FlightDataReader:
+        self._context = self._client._call("DoGet", Cardinality.UNARY_STREAM, Ticket, RawBytes,
+                                           self._metadata)
+        stream = await self._context.__aenter__()
+        await stream.send_message(Ticket(ticket=self._ticket), end=True)
+        return FlightDataReader(
+            stream._stream,
+            self._client.max_message_size,
+            before_first_read=stream.recv_initial_metadata,
+        )
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        result: bool | None = await self._context.__aexit__(exc_type, exc, tb)
+        return result
+
+    def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[pa.RecordBatch]:
+        async with self as reader:
+            async for batch in reader:
+                yield batch
+
+    async def read_all(self) -> pa.Table:
+        async with self as reader:
+            return await reader.read_all()
+
+
+class FlightClient:
+    """Async client for one Flight server; one HTTP/2 connection, many concurrent calls."""
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        metadata: Metadata | None = None,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        timeout: float | None = None,
+    ) -> None:
+        self.location = location
+        self.host, self.port = parse_location(location)
+        self.metadata = dict(metadata or {})
+        self.max_message_size = max_message_size
+        self.timeout = timeout
+        self._channel = GrpcChannel(self.host, self.port)
+
+    async def close(self) -> None:
+        self._channel.close()
+
+    async def __aenter__(self) -> FlightClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _merged(self, metadata: Metadata | None) -> dict[str, str | bytes]:
+        return {**self.metadata, **(metadata or {})}
+
+    @asynccontextmanager
+    async def _call(
+        self,
+        method: str,
+        cardinality: Cardinality,
+        request_type: type,
+        reply_type: type,
+        metadata: Metadata | None,
+        path: str = SERVICE,
+    ) -> AsyncIterator[grpclib.client.Stream[Any, Any]]:
+        """A grpclib call whose failures surface as FlightfeedErrors."""
+        stream: grpclib.client.Stream[Any, Any] | None = None
+        try:
+            async with self._channel.request(
+                path + method,
+                cardinality,
+                request_type,
+                reply_type,
+                timeout=self.timeout,
+                metadata=self._merged(metadata),
+            ) as stream:
+                yield stream
+        except GRPCError as exc:
+            trailers = getattr(stream, "trailing_metadata", None)
+            raise from_grpc_error(exc, trailers) from None
+        except StreamTerminatedError as exc:
+            raise RemoteError(f"{method}: {exc}", grpc_status=Status.UNAVAILABLE) from None
+        except (ConnectionError, OSError) as exc:
+            raise RemoteError(
+                f"{method}: cannot reach {self.location}: {exc}", grpc_status=Status.UNAVAILABLE
+            ) from None
+
+    async def _unary(
+        self, method: str, request: Any, reply_type: type, metadata: Metadata | None
+    ) -> Any:
+        async with self._call(
+            method, Cardinality.UNARY_UNARY, type(request), reply_type, metadata
+        ) as stream:
+            await stream.send_message(request, end=True)
+            reply = await stream.recv_message()
+        if reply is None:
+            raise RemoteError(f"{method}: no reply", grpc_status=Status.INTERNAL)
+        return reply
+
+    async def _server_stream(
+        self, method: str, request: Any, reply_type: type, metadata: Metadata | None
+    ) -> list[Any]:
+        async with self._call(
+            method, Cardinality.UNARY_STREAM, type(request), reply_type, metadata
+        ) as stream:
+            await stream.send_message(request, end=True)
+            return [reply async for reply in stream]
+
+    # --- RPCs -------------------------------------------------------------------------------
+
+    async def handshake(
+        self, payloads: Sequence[bytes] = (b"",), *, metadata: Metadata | None = None
+    ) -> list[bytes]:
+        """Send handshake payloads, return the server's payloads."""
+        async with self._call(
+            "Handshake", Cardinality.STREAM_STREAM, HandshakeRequest, HandshakeResponse, metadata
+        ) as stream:
+            for payload in payloads:
+                await stream.send_message(HandshakeRequest(payload=payload))
+            await stream.end()
+            replies: list[HandshakeResponse] = [reply async for reply in stream]
+        return [reply.payload for reply in replies]
+
+    async def list_flights(
+        self, criteria: bytes = b"", *, metadata: Metadata | None = None
+    ) -> list[FlightInfo]:
+        return await self._server_stream(
+            "ListFlights", Criteria(expression=criteria), FlightInfo, metadata
+        )
+
+    async def get_flight_info(
+        self, descriptor: FlightDescriptor, *, metadata: Metadata | None = None
+    ) -> FlightInfo:
+        info: FlightInfo = await self._unary("GetFlightInfo", descriptor, FlightInfo, metadata)
+        return info
+
+    async def poll_flight_info(
+        self, descriptor: FlightDescriptor, *, metadata: Metadata | None = None
+    ) -> PollInfo:
+        info: PollInfo = await self._unary("PollFlightInfo", descriptor, PollInfo, metadata)
+        return info
+
+    async def get_schema(
+        self, descriptor: FlightDescriptor, *, metadata: Metadata | None = None
+    ) -> pa.Schema:
+        result: SchemaResult = await self._unary("GetSchema", descriptor, SchemaResult, metadata)
+        return schema_from_ipc(result.schema)
+
+    def do_get(self, ticket: bytes, *, metadata: Metadata | None = None) -> DoGetCall:
+        """`async for batch in client.do_get(t)`, or `async with client.do_get(t) as reader`."""
+        return DoGetCall(self, ticket, metadata)
+
+    async def do_put(
+        self,
+        descriptor: FlightDescriptor,
+        schema: pa.Schema,
+        batches: BatchSource,
+        *,
+        metadata: Metadata | None = None,
+    ) -> list[bytes]:
+        """Upload batches (optionally paired with app_metadata); return the PutResults."""
+        results: list[bytes] = []
+        async with self._call(
+            "DoPut", Cardinality.STREAM_STREAM, RawBytes, PutResult, metadata
+        ) as stream:
+            await stream.send_request()
+            writer = FlightDataWriter(stream._stream)
+
+            async def upload() -> None:
+                await writer.begin(schema, descriptor)
+                async for item in batches:
+                    if isinstance(item, tuple):
+                        await writer.write(item[0], item[1])
+                    else:
+                        await writer.write(item)
+                await stream.end()
+
+            async def collect() -> None:
+                async for result in stream:
+                    results.append(result.app_metadata)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(upload)
+                tg.start_soon(collect)
+        return results
+
+    @asynccontextmanager
+    async def do_exchange(
+        self,
+        descriptor: FlightDescriptor,
+        *,
+        metadata: Metadata | None = None,
+    ) -> AsyncIterator[tuple[FlightDataWriter, FlightDataReader, Any]]:
+        """Open a DoExchange: yields (writer, reader, done_writing) — call done_writing() to
+        half-close. The descriptor goes with the first message the writer sends."""
+        async with self._call(
+            "DoExchange", Cardinality.STREAM_STREAM, RawBytes, RawBytes, metadata
+        ) as stream:
+            await stream.send_request()
+            writer = _DescriptorWriter(stream._stream, descriptor)
+            reader = FlightDataReader(
+                stream._stream, self.max_message_size,
+                before_first_read=stream.recv_initial_metadata,
+            )
+            yield writer, reader, stream.end
+            if not stream._end_done:
+                await stream.end()
+
+    async def do_action(
+        self, action_type: str, body: bytes = b"", *, metadata: Metadata | None = None
+    ) -> list[bytes]:
+        results: list[Result] = await self._server_stream(
+            "DoAction", Action(type=action_type, body=body), Result, metadata
+        )
+        return [result.body for result in results]
+
+    async def list_actions(self, *, metadata: Metadata | None = None) -> list[ActionType]:
+        return await self._server_stream("ListActions", Empty(), ActionType, metadata)
+
+
+class _DescriptorWriter(FlightDataWriter):
+    """A writer whose first message carries the exchange's descriptor."""
+
+    def __init__(self, stream: Any, descriptor: FlightDescriptor) -> None:
+        super().__init__(stream)
+        self._descriptor: FlightDescriptor | None = descriptor
+
+    async def begin(
+        self,
+        schema: pa.Schema,
+        descriptor: FlightDescriptor | None = None,
+        options: pa.ipc.IpcWriteOptions | None = None,
+    ) -> None:
+        first, self._descriptor = self._descriptor, None
+        await super().begin(schema, descriptor or first, options)
+
+
+__all__ = [
+    "DoGetCall",
+    "FlightClient",
+    "FlightfeedError",
+    "command_descriptor",
+    "parse_location",
+    "path_descriptor",
+]

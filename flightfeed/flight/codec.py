@@ -1,0 +1,221 @@
+"""FlightData ⇄ RecordBatch, without FlightData objects on the data path.
+
+`FlightDataEncoder` turns record batches into gRPC messages given as lists of buffer views:
+a few protobuf header bytes written around Arrow's own body buffers. `decode_flight_data`
+parses a received FlightData into memoryview fields, and `FlightDataDecoder` turns those
+back into record batches with Arrow C++ (dictionaries included).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..errors import InvalidArgument
+from .ipc import Buffer, IpcMessageFeed, IpcMessageSplitter, MessageKind, peek_message
+from .protowire import WIRE_LEN, decode_varint, len_field_header, skip_field
+
+FIELD_DESCRIPTOR = 1
+FIELD_DATA_HEADER = 2
+FIELD_APP_METADATA = 3
+FIELD_DATA_BODY = 1000
+_GRPC_PREFIX = struct.Struct(">BI")
+
+
+@dataclass(frozen=True)
+class EncodedMessage:
+    """A length-prefixed gRPC message as buffer views; `nbytes` includes the 5-byte prefix."""
+
+    parts: tuple[Buffer, ...]
+    nbytes: int
+
+
+def grpc_message(parts: Sequence[Buffer], payload_length: int) -> EncodedMessage:
+    """Prefix protobuf payload parts with gRPC's (uncompressed flag, length) header."""
+    return EncodedMessage((_GRPC_PREFIX.pack(0, payload_length), *parts), payload_length + 5)
+
+
+def encode_flight_data(
+    header: bytes | memoryview = b"",
+    body: Sequence[Buffer] = (),
+    body_length: int = 0,
+    app_metadata: bytes | None = None,
+    descriptor: bytes | None = None,
+) -> EncodedMessage:
+    """FlightData as views: header fields are new bytes, body buffers are passed through."""
+    parts: list[Buffer] = []
+    if descriptor:
+        parts += (len_field_header(FIELD_DESCRIPTOR, len(descriptor)), descriptor)
+    if len(header):
+        parts += (len_field_header(FIELD_DATA_HEADER, len(header)), header)
+    if app_metadata:
+        parts += (len_field_header(FIELD_APP_METADATA, len(app_metadata)), app_metadata)
+    if body_length:
+        parts.append(len_field_header(FIELD_DATA_BODY, body_length))
+    length = sum(len(p) for p in parts) + body_length
+    return grpc_message((*parts, *body) if body_length else parts, length)
+
+
+class FlightDataEncoder:
+    """Encodes one Arrow stream (schema, then batches) into FlightData gRPC messages.
+
+    The schema message goes out with the first batch (or on `schema_message()`); replacement
+    and delta dictionaries are emitted by Arrow's stream writer before the batch using them.
+    """
+
+    def __init__(
+        self, schema: pa.Schema, options: pa.ipc.IpcWriteOptions | None = None
+    ) -> None:
+        self.schema = schema
+        self._sink = IpcMessageSplitter()
+        self._writer = pa.ipc.new_stream(self._sink, schema, options=options)
+        self._schema_sent = False
+
+    def schema_message(self, descriptor: bytes | None = None) -> EncodedMessage:
+        """The stream's first message: the encapsulated schema."""
+        if self._schema_sent:
+            raise RuntimeError("schema already encoded")
+        self._schema_sent = True
+        header = pa.ipc.read_message(self.schema.serialize()).metadata
+        return encode_flight_data(header=header, descriptor=descriptor)
+
+    def encode(
+        self, batch: pa.RecordBatch, app_metadata: bytes | None = None
+    ) -> list[EncodedMessage]:
+        """Messages for one batch: schema (if not yet sent), dictionaries, then the batch."""
+        out: list[EncodedMessage] = []
+        if not self._schema_sent:
+            out.append(self.schema_message())
+        if not batch.schema.equals(self.schema):
+            raise InvalidArgument(
+                f"batch schema differs from stream schema:\n{batch.schema}\nvs\n{self.schema}"
+            )
+        self._writer.write_batch(batch)
+        messages = self._sink.take()
+        for message in messages:
+            kind, _ = peek_message(message.header)
+            if kind == MessageKind.SCHEMA:
+                continue  # Arrow's own copy of the schema message; ours went first
+            is_batch = kind == MessageKind.RECORD_BATCH
+            out.append(
+                encode_flight_data(
+                    header=message.header,
+                    body=message.body,
+                    body_length=message.body_length,
+                    app_metadata=app_metadata if is_batch else None,
+                )
+            )
+        return out
+
+    def metadata_only(self, app_metadata: bytes) -> EncodedMessage:
+        """A FlightData carrying only app_metadata (as Flight's DoExchange/DoPut allow)."""
+        return encode_flight_data(app_metadata=app_metadata)
+
+
+@dataclass(frozen=True)
+class FlightDataView:
+    """The fields of one received FlightData, as views into the received bytes."""
+
+    descriptor: memoryview | None
+    header: memoryview
+    app_metadata: memoryview | None
+    body: memoryview
+
+
+_EMPTY = memoryview(b"")
+
+
+def decode_flight_data(data: bytes | memoryview) -> FlightDataView:
+    """Parse FlightData fields without copying; unknown fields are skipped."""
+    buf = memoryview(data)
+    pos = 0
+    end = len(buf)
+    descriptor: memoryview | None = None
+    header = _EMPTY
+    app_metadata: memoryview | None = None
+    body = _EMPTY
+    while pos < end:
+        key, pos = decode_varint(buf, pos)
+        number, wire_type = key >> 3, key & 7
+        if wire_type != WIRE_LEN or number not in (1, 2, 3, 1000):
+            pos = skip_field(buf, pos, wire_type)
+            continue
+        length, pos = decode_varint(buf, pos)
+        if pos + length > end:
+            raise InvalidArgument(
+                f"truncated FlightData: field {number} declares {length} bytes, "
+                f"{end - pos} remain"
+            )
+        value = buf[pos : pos + length]
+        pos += length
+        if number == FIELD_DATA_HEADER:
+            header = value
+        elif number == FIELD_DATA_BODY:
+            body = value
+        elif number == FIELD_APP_METADATA:
+            app_metadata = value
+        else:
+            descriptor = value
+    return FlightDataView(descriptor, header, app_metadata, body)
+
+
+class FlightDataDecoder:
+    """Turns a stream of FlightData views back into record batches.
+
+    The first data message must carry the schema. Messages with only app_metadata are allowed
+    anywhere (they yield no batch). Any inconsistency raises InvalidArgument, never a hang.
+    """
+
+    def __init__(self) -> None:
+        self._feed = IpcMessageFeed()
+        self._reader: pa.ipc.RecordBatchStreamReader | None = None
+        self.schema: pa.Schema | None = None
+
+    def feed(self, message: FlightDataView) -> pa.RecordBatch | None:
+        """Consume one message; return the batch it completes, if any."""
+        if not len(message.header):
+            if len(message.body):
+                raise InvalidArgument("FlightData has a body but no data_header")
+            return None
+        kind, body_length = peek_message(message.header)
+        if body_length != len(message.body):
+            raise InvalidArgument(
+                f"FlightData body is {len(message.body)} bytes, "
+                f"its header declares {body_length}"
+            )
+        try:
+            if kind == MessageKind.SCHEMA:
+                if self._reader is not None:
+                    raise InvalidArgument("FlightData stream sent a second schema")
+                self._feed.push(message.header, message.body)
+                self._reader = pa.ipc.open_stream(self._feed)
+                self.schema = self._reader.schema
+                return None
+            if self._reader is None:
+                raise InvalidArgument(
+                    f"FlightData stream must start with a schema, got message kind {kind}"
+                )
+            if kind == MessageKind.DICTIONARY_BATCH:
+                self._feed.push(message.header, message.body)
+                return None
+            if kind == MessageKind.RECORD_BATCH:
+                self._feed.push(message.header, message.body)
+                batch = self._reader.read_next_batch()
+                if self._feed.pending:
+                    raise InvalidArgument("FlightData record batch has trailing bytes")
+                return batch
+        except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, OSError) as exc:
+            raise InvalidArgument(f"invalid Arrow IPC message in FlightData: {exc}") from None
+        except StopIteration:
+            raise InvalidArgument("FlightData stream ended inside a message") from None
+        raise InvalidArgument(f"unsupported Arrow IPC message kind {kind} in FlightData")
+
+    def iter_batches(self, messages: Iterator[FlightDataView]) -> Iterator[pa.RecordBatch]:
+        """Decode a whole synchronous sequence of messages."""
+        for message in messages:
+            batch = self.feed(message)
+            if batch is not None:
+                yield batch

@@ -1,0 +1,313 @@
+"""An asyncio Flight server on grpclib: override the RPCs you serve in a FlightHandler.
+
+Every FlightService RPC maps to one handler method; what a handler does not override answers
+UNIMPLEMENTED. Data RPCs get a `FlightDataWriter`/`FlightDataReader` on the raw stream, so
+record batches go out zero-copy. Other grpclib services (such as the WorkerService) can share
+the port. Exceptions become a precise gRPC status with the typed error in a trailer.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import grpclib.const
+import grpclib.server
+import pyarrow as pa
+from grpclib.const import Cardinality
+from grpclib.metadata import Deadline
+
+from .._generated.arrow.flight.protocol import (
+    Action,
+    ActionType,
+    Criteria,
+    Empty,
+    FlightDescriptor,
+    FlightInfo,
+    HandshakeRequest,
+    HandshakeResponse,
+    PollInfo,
+    PutResult,
+    Result,
+    SchemaResult,
+    Ticket,
+)
+from ..errors import InvalidArgument, Unimplemented
+from .grpc import GrpcServer, RawBytes
+from .schema import schema_to_ipc
+from .status import status_and_trailers
+from .streams import FlightDataReader, FlightDataWriter
+from .wire import DEFAULT_MAX_MESSAGE_SIZE
+
+log = logging.getLogger(__name__)
+M = TypeVar("M")
+SERVICE = "/arrow.flight.protocol.FlightService/"
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What a handler knows about the call: method, request headers, peer, deadline."""
+
+    method: str
+    headers: Mapping[str, Any]
+    peer: tuple[str, int] | None
+    deadline: Deadline | None
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        value = self.headers.get(name.lower())
+        if value is None:
+            return default
+        return value if isinstance(value, str) else bytes(value).decode("latin-1")
+
+    @classmethod
+    def of(cls, stream: grpclib.server.Stream[Any, Any]) -> CallContext:
+        return cls(
+            method=stream._method_name,
+            headers=stream.metadata or {},
+            peer=stream.peer.addr(),
+            deadline=stream.deadline,
+        )
+
+
+class PutResultWriter:
+    """Sends PutResult messages back to a DoPut client."""
+
+    def __init__(self, stream: grpclib.server.Stream[Any, Any]) -> None:
+        self._stream = stream
+
+    async def write(self, app_metadata: bytes) -> None:
+        await self._stream.send_message(PutResult(app_metadata=app_metadata))
+
+
+class FlightHandler:
+    """Base class of a Flight service's behaviour. Override what you serve."""
+
+    async def handshake(
+        self, ctx: CallContext, requests: AsyncIterator[HandshakeRequest]
+    ) -> AsyncIterator[HandshakeResponse]:
+        raise Unimplemented("Handshake is not implemented by this server")
+        yield  # pragma: no cover - marks this as an async generator
+
+    async def list_flights(self, ctx: CallContext, criteria: bytes) -> AsyncIterator[FlightInfo]:
+        raise Unimplemented("ListFlights is not implemented by this server")
+        yield  # pragma: no cover
+
+    async def get_flight_info(self, ctx: CallContext, descriptor: FlightDescriptor) -> FlightInfo:
+        raise Unimplemented("GetFlightInfo is not implemented by this server")
+
+    async def poll_flight_info(self, ctx: CallContext, descriptor: FlightDescriptor) -> PollInfo:
+        """Default: the query is complete as soon as GetFlightInfo answers."""
+        return PollInfo(info=await self.get_flight_info(ctx, descriptor), progress=1.0)
+
+    async def get_schema(self, ctx: CallContext, descriptor: FlightDescriptor) -> pa.Schema:
+        raise Unimplemented("GetSchema is not implemented by this server")
+
+    async def do_get(self, ctx: CallContext, ticket: bytes, writer: FlightDataWriter) -> None:
+        raise Unimplemented("DoGet is not implemented by this server")
+
+    async def do_put(
+        self, ctx: CallContext, reader: FlightDataReader, results: PutResultWriter
+    ) -> None:
+        raise Unimplemented("DoPut is not implemented by this server")
+
+    async def do_exchange(
+        self, ctx: CallContext, reader: FlightDataReader, writer: FlightDataWriter
+    ) -> None:
+        raise Unimplemented("DoExchange is not implemented by this server")
+
+    async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
+        raise Unimplemented(f"unknown action type {action.type!r}")
+        yield  # pragma: no cover
+
+    async def list_actions(self, ctx: CallContext) -> Sequence[ActionType]:
+        return ()
+
+
+Body = Callable[[grpclib.server.Stream[Any, Any], CallContext], Awaitable[None]]
+
+
+async def _recv_request(stream: grpclib.server.Stream[Any, M]) -> Any:
+    """The single request message of a unary-request RPC, with a clear error if malformed."""
+    try:
+        request = await stream.recv_message()
+    except Exception as exc:  # noqa: BLE001 - any decode failure is the client's fault
+        raise InvalidArgument(f"malformed request message: {exc}") from None
+    if request is None:
+        raise InvalidArgument("request message missing")
+    return request
+
+
+async def _reply_error(stream: grpclib.server.Stream[Any, Any], exc: BaseException) -> None:
+    status, message, trailers = status_and_trailers(exc)
+    log.debug("%s failed: %s", stream._method_name, message, exc_info=exc)
+    if stream._send_trailing_metadata_done or not stream._stream.closable:
+        return
+    await stream.send_trailing_metadata(
+        status=status, status_message=message, metadata=trailers
+    )
+
+
+class FlightService:
+    """grpclib service object exposing a FlightHandler as arrow.flight.protocol.FlightService."""
+
+    def __init__(
+        self, handler: FlightHandler, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    ) -> None:
+        self.handler = handler
+        self.max_message_size = max_message_size
+
+    def _wrap(self, body: Body) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
+        async def rpc(stream: grpclib.server.Stream[Any, Any]) -> None:
+            try:
+                await body(stream, CallContext.of(stream))
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:  # noqa: BLE001 - the boundary: every error becomes a status
+                await _reply_error(stream, exc)
+
+        return rpc
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        rpcs: list[tuple[str, Body, Cardinality, type, type]] = [
+            ("Handshake", self._handshake, Cardinality.STREAM_STREAM, HandshakeRequest,
+             HandshakeResponse),
+            ("ListFlights", self._list_flights, Cardinality.UNARY_STREAM, Criteria, FlightInfo),
+            ("GetFlightInfo", self._get_flight_info, Cardinality.UNARY_UNARY, FlightDescriptor,
+             FlightInfo),
+            ("PollFlightInfo", self._poll_flight_info, Cardinality.UNARY_UNARY,
+             FlightDescriptor, PollInfo),
+            ("GetSchema", self._get_schema, Cardinality.UNARY_UNARY, FlightDescriptor,
+             SchemaResult),
+            ("DoGet", self._do_get, Cardinality.UNARY_STREAM, Ticket, RawBytes),
+            ("DoPut", self._do_put, Cardinality.STREAM_STREAM, RawBytes, PutResult),
+            ("DoExchange", self._do_exchange, Cardinality.STREAM_STREAM, RawBytes, RawBytes),
+            ("DoAction", self._do_action, Cardinality.UNARY_STREAM, Action, Result),
+            ("ListActions", self._list_actions, Cardinality.UNARY_STREAM, Empty, ActionType),
+        ]
+        return {
+            SERVICE + name: grpclib.const.Handler(self._wrap(body), cardinality, req, rep)
+            for name, body, cardinality, req, rep in rpcs
+        }
+
+    async def _handshake(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+        async def requests() -> AsyncIterator[HandshakeRequest]:
+            async for request in stream:
+                yield request
+
+        async for response in self.handler.handshake(ctx, requests()):
+            await stream.send_message(response)
+
+    async def _list_flights(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        criteria = await _recv_request(stream)
+        async for info in self.handler.list_flights(ctx, criteria.expression):
+            await stream.send_message(info)
+
+    async def _get_flight_info(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        descriptor = await _recv_request(stream)
+        await stream.send_message(await self.handler.get_flight_info(ctx, descriptor))
+
+    async def _poll_flight_info(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        descriptor = await _recv_request(stream)
+        await stream.send_message(await self.handler.poll_flight_info(ctx, descriptor))
+
+    async def _get_schema(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+        descriptor = await _recv_request(stream)
+        schema = await self.handler.get_schema(ctx, descriptor)
+        await stream.send_message(SchemaResult(schema=schema_to_ipc(schema)))
+
+    async def _do_get(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+        ticket = await _recv_request(stream)
+        writer = FlightDataWriter(stream._stream, before_first_write=stream.send_initial_metadata)
+        await self.handler.do_get(ctx, ticket.ticket, writer)
+
+    async def _do_put(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+        reader = FlightDataReader(stream._stream, self.max_message_size)
+        await self.handler.do_put(ctx, reader, PutResultWriter(stream))
+
+    async def _do_exchange(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        reader = FlightDataReader(stream._stream, self.max_message_size)
+        writer = FlightDataWriter(stream._stream, before_first_write=stream.send_initial_metadata)
+        await self.handler.do_exchange(ctx, reader, writer)
+
+    async def _do_action(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+        action = await _recv_request(stream)
+        async for body in self.handler.do_action(ctx, action):
+            await stream.send_message(Result(body=body))
+
+    async def _list_actions(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        await _recv_request(stream)
+        for action_type in await self.handler.list_actions(ctx):
+            await stream.send_message(action_type)
+
+
+class FlightServer:
+    """Serves a FlightHandler, plus any other grpclib services, on one port.
+
+    `async with FlightServer(handler) as server:` listens on 127.0.0.1 and a free port by
+    default; `server.location` is the `grpc://host:port` clients connect to.
+    """
+
+    def __init__(
+        self,
+        handler: FlightHandler,
+        *,
+        services: Sequence[Any] = (),
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self._grpc = GrpcServer([FlightService(handler, max_message_size), *services])
+        self._started = False
+
+    @property
+    def location(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        return f"grpc://{host}:{self.port}"
+
+    async def start(self) -> None:
+        await self._grpc.start(self.host, self.port, family=socket.AF_INET)
+        server = self._grpc._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]
+        self._started = True
+
+    async def close(self) -> None:
+        """Stop accepting calls, then wait for the open connections to finish."""
+        if self._started:
+            self._started = False
+            self._grpc.close()
+            await self._grpc.wait_closed()
+
+    async def serve_forever(self) -> None:
+        """Run until cancelled; the server is closed on the way out."""
+        if not self._started:
+            await self.start()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+
+    async def __aenter__(self) -> FlightServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

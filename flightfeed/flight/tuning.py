@@ -1,0 +1,106 @@
+"""Process and connection tuning for the data path, applied once at start-up.
+
+- glibc malloc: Arrow allocates large, short-lived buffers; without a high mmap threshold every
+  batch costs fresh mmap/munmap page faults, which dominate a transfer.
+- h2 logs `repr(frame)` for every received frame, even with logging off, and a DATA frame's
+  repr hexlifies its whole payload: we make that repr constant-cost.
+- HTTP/2 settings: 4 MiB max frame and 4 MiB windows, so a batch travels in few frames.
+- uvloop by default, with a switch to turn it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, TypeVar
+
+import h2.settings
+from grpclib.config import Configuration
+
+MAX_FRAME_SIZE: Final = 4 * 1024 * 1024
+WINDOW_SIZE: Final = 4 * 1024 * 1024
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+MMAP_THRESHOLD: Final = 64 * 1024 * 1024
+TRIM_THRESHOLD: Final = 1024 * 1024 * 1024
+_applied = False
+
+T = TypeVar("T")
+
+
+def tune_malloc() -> bool:
+    """Raise glibc's mmap and trim thresholds; returns False where glibc is not in use."""
+    if not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)) and ok
+
+
+def _cheap_data_repr(self: Any) -> str:
+    return f"<{len(self.data)} bytes>"
+
+
+def patch_h2_frame_repr() -> None:
+    """Make DATA-frame repr O(1): h2 evaluates it for a trace log on every received frame."""
+    from hyperframe.frame import DataFrame  # noqa: PLC0415
+
+    DataFrame._body_repr = _cheap_data_repr
+
+
+def grpc_config() -> Configuration:
+    """grpclib configuration with flightfeed's window sizes."""
+    return Configuration(
+        http2_connection_window_size=WINDOW_SIZE,
+        http2_stream_window_size=WINDOW_SIZE,
+    )
+
+
+def advertise_max_frame_size(h2_connection: Any) -> None:
+    """Announce a 4 MiB max frame to the peer (h2 defaults to the 16 KiB minimum)."""
+    h2_connection.update_settings({h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE})
+
+
+def apply_process_tuning() -> None:
+    """Idempotent process-wide tuning: malloc thresholds and the h2 repr patch."""
+    global _applied
+    if _applied:
+        return
+    _applied = True
+    if os.environ.get("FLIGHTFEED_NO_MALLOC_TUNING") != "1":
+        tune_malloc()
+    patch_h2_frame_repr()
+
+
+def use_uvloop_default() -> bool:
+    """Whether to run on uvloop: on unless FLIGHTFEED_UVLOOP=0 or uvloop is missing."""
+    if os.environ.get("FLIGHTFEED_UVLOOP", "1") == "0":
+        return False
+    try:
+        import uvloop  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
+def run(
+    main: Callable[[], Coroutine[Any, Any, T]], *, use_uvloop: bool | None = None
+) -> T:
+    """Run a coroutine function on uvloop (default) or asyncio, after process tuning."""
+    import anyio  # noqa: PLC0415
+
+    apply_process_tuning()
+    uvloop_on = use_uvloop_default() if use_uvloop is None else use_uvloop
+    return anyio.run(main, backend="asyncio", backend_options={"use_uvloop": uvloop_on})
