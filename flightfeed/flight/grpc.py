@@ -9,6 +9,7 @@ import grpclib.server
 from grpclib.encoding.base import CodecBase
 from grpclib.protocol import H2Protocol
 
+from .h2buffer import install as install_streaming_buffer
 from .tuning import advertise_max_frame_size, apply_process_tuning, grpc_config
 
 
@@ -34,11 +35,19 @@ class MessageCodec(CodecBase):
         return message_type.parse(data)
 
 
+WRITE_BUFFER_HIGH = 16 * 1024 * 1024
+WRITE_BUFFER_LOW = 4 * 1024 * 1024
+
+
 class TunedH2Protocol(H2Protocol):
     """grpclib's protocol, advertising a 4 MiB max frame once the connection is up."""
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        # Keep several frames queued in user space so the kernel never runs dry while the
+        # event loop comes back to refill; grpclib pauses writers above the high mark.
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+        install_streaming_buffer(self.connection._connection)
         advertise_max_frame_size(self.connection._connection)
         self.connection.flush()
 

@@ -1,0 +1,94 @@
+"""An h2 frame buffer that passes large DATA payloads through without copying.
+
+h2's FrameBuffer appends every received chunk to a bytearray, slices each frame out (a copy)
+and `tobytes()`s the payload (another copy). For a 4 MiB DATA frame that is most of the
+receive cost. `StreamingFrameBuffer` hands a large DATA frame to h2 as a run of smaller DATA
+frames whose payloads are views of the chunks the transport delivered. For h2 that is the same
+thing: flow control counts payload bytes, END_STREAM rides on the last piece, and grpclib
+reassembles messages across DATA frames anyway, with the one copy it always makes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Final
+
+from h2.exceptions import ProtocolError
+from h2.frame_buffer import FrameBuffer
+from hyperframe.exceptions import InvalidDataError, InvalidFrameError
+from hyperframe.frame import DataFrame, Frame
+
+STREAMING_THRESHOLD: Final = 16 * 1024
+_TYPE_DATA: Final = 0x0
+_FLAG_END_STREAM: Final = 0x1
+_FLAG_PADDED: Final = 0x8
+
+
+class StreamingFrameBuffer(FrameBuffer):
+    """FrameBuffer whose large, unpadded DATA frames come out in zero-copy pieces."""
+
+    def __init__(self, server: bool = False) -> None:
+        super().__init__(server=server)
+        self._ready: deque[DataFrame] = deque()
+        self._payload_left = 0
+        self._payload_stream = 0
+        self._payload_end_stream = False
+
+    def _piece(self, payload: Any) -> None:
+        self._payload_left -= len(payload)
+        frame = DataFrame(self._payload_stream)
+        frame.data = payload
+        if self._payload_left == 0 and self._payload_end_stream:
+            frame.flags.add("END_STREAM")
+        self._ready.append(frame)
+
+    def add_data(self, data: Any) -> None:
+        if self._payload_left and not self._preamble_len:
+            view = memoryview(data)
+            take = min(self._payload_left, len(view))
+            self._piece(view[:take] if take < len(view) else view)
+            data = view[take:]
+            if not len(data):
+                return
+        super().add_data(data)
+
+    def __next__(self) -> Frame:
+        if self._ready:
+            return self._ready.popleft()
+        if self._payload_left:
+            raise StopIteration  # waiting for more of the current payload
+        buffered = self._data
+        if len(buffered) >= 9 and buffered[3] == _TYPE_DATA and not buffered[4] & _FLAG_PADDED:
+            length = int.from_bytes(buffered[:3], "big")
+            if length >= STREAMING_THRESHOLD and len(buffered) < 9 + length:
+                return self._start_streaming(length)
+        return super().__next__()
+
+    def _start_streaming(self, length: int) -> Frame:
+        try:
+            header, _ = Frame.parse_frame_header(memoryview(bytes(self._data[:9])))
+        except (InvalidDataError, InvalidFrameError) as err:
+            raise ProtocolError(f"Received frame with invalid header: {err!s}") from err
+        self._validate_frame_length(length)
+        if header.stream_id == 0:
+            raise ProtocolError("DATA frame on stream 0")
+        if self._headers_buffer:
+            raise ProtocolError("Invalid frame during header block.")
+        self._payload_stream = header.stream_id
+        self._payload_end_stream = bool(self._data[4] & _FLAG_END_STREAM)
+        self._payload_left = length
+        available = bytes(self._data[9:])  # the small part that arrived with the header
+        del self._data[:]
+        if available:
+            self._piece(available)
+        if self._ready:
+            return self._ready.popleft()
+        raise StopIteration
+
+
+def install(h2_connection: Any) -> None:
+    """Swap in the streaming buffer on a fresh h2 connection (before any data arrived)."""
+    current = h2_connection.incoming_buffer
+    fresh = StreamingFrameBuffer(server=not h2_connection.config.client_side)
+    fresh.max_frame_size = current.max_frame_size
+    h2_connection.incoming_buffer = fresh
