@@ -27,12 +27,21 @@ _FLAG_PADDED: Final = 0x8
 class StreamingFrameBuffer(FrameBuffer):
     """FrameBuffer whose large, unpadded DATA frames come out in zero-copy pieces."""
 
-    def __init__(self, server: bool = False) -> None:
+    def __init__(self, server: bool = False, connection: Any = None) -> None:
         super().__init__(server=server)
+        self._connection = connection
         self._ready: deque[DataFrame] = deque()
         self._payload_left = 0
         self._payload_stream = 0
         self._payload_end_stream = False
+
+    def _validate_frame_length(self, length: int) -> None:
+        # h2 copies max_inbound_frame_size into the buffer once per receive_data() call, so a
+        # SETTINGS ACK raising the limit and a large frame in the same read would be refused.
+        # The connection's value is current frame by frame.
+        if self._connection is not None:
+            self.max_frame_size = self._connection.max_inbound_frame_size
+        super()._validate_frame_length(length)
 
     def _piece(self, payload: Any) -> None:
         self._payload_left -= len(payload)
@@ -89,6 +98,8 @@ class StreamingFrameBuffer(FrameBuffer):
 def install(h2_connection: Any) -> None:
     """Swap in the streaming buffer on a fresh h2 connection (before any data arrived)."""
     current = h2_connection.incoming_buffer
-    fresh = StreamingFrameBuffer(server=not h2_connection.config.client_side)
+    fresh = StreamingFrameBuffer(
+        server=not h2_connection.config.client_side, connection=h2_connection
+    )
     fresh.max_frame_size = current.max_frame_size
     h2_connection.incoming_buffer = fresh

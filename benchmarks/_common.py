@@ -1,0 +1,46 @@
+"""Shared helpers for benchmarks: RESULT lines, subprocess servers, statistics."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+
+
+def result_line(name: str, value: float, unit: str, ratio: float, target: float) -> str:
+    """The machine-readable last line(s) every benchmark prints."""
+    return f"RESULT {name} value={value:.4g} unit={unit} ratio={ratio:.3f} target={target:g}"
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+class ServerProcess:
+    """A benchmark server in its own process; it prints its port on the first stdout line."""
+
+    def __init__(self, args: Sequence[str]) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, *args], stdout=subprocess.PIPE, text=True
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().strip()
+        if not line.isdigit():
+            self._proc.kill()
+            raise RuntimeError(f"benchmark server failed to start: {line!r}")
+        self.port = int(line)
+
+    @property
+    def location(self) -> str:
+        return f"grpc://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(timeout=30)
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
