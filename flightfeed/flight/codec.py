@@ -49,14 +49,33 @@ def encode_flight_data(
     parts: list[Buffer] = []
     if descriptor:
         parts += (len_field_header(FIELD_DESCRIPTOR, len(descriptor)), descriptor)
-    if len(header):
-        parts += (len_field_header(FIELD_DATA_HEADER, len(header)), header)
+    tail: list[Buffer] = []
     if app_metadata:
-        parts += (len_field_header(FIELD_APP_METADATA, len(app_metadata)), app_metadata)
+        tail += (len_field_header(FIELD_APP_METADATA, len(app_metadata)), app_metadata)
     if body_length:
-        parts.append(len_field_header(FIELD_DATA_BODY, body_length))
+        tail.append(len_field_header(FIELD_DATA_BODY, body_length))
+    if len(header):
+        if body_length:
+            header = _pad_header_to_align_body(header, sum(len(p) for p in (*parts, *tail)))
+        parts += (len_field_header(FIELD_DATA_HEADER, len(header)), header)
+    parts += tail
     length = sum(len(p) for p in parts) + body_length
     return grpc_message((*parts, *body) if body_length else parts, length)
+
+
+def _pad_header_to_align_body(header: bytes | memoryview, other_bytes: int) -> bytes | memoryview:
+    """Append a few zero bytes to the flatbuffer header so the body starts 8-byte aligned.
+
+    Receivers (pyarrow's C++ client, our decoder) slice body buffers straight out of the
+    received message, so the body's offset in the payload decides the buffers' alignment;
+    Acero and SIMD kernels want 8. Flatbuffer readers ignore trailing bytes.
+    """
+    for pad in range(16):  # 16: a varint growing by a byte can skip one residue
+        size = len(header) + pad
+        offset = other_bytes + len(len_field_header(FIELD_DATA_HEADER, size)) + size
+        if offset % 8 == 0:
+            return bytes(header) + bytes(pad) if pad else header
+    raise AssertionError("unreachable: some padding in 0..7 aligns the body")
 
 
 class FlightDataEncoder:

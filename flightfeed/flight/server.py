@@ -130,7 +130,7 @@ class FlightHandler:
 Body = Callable[[grpclib.server.Stream[Any, Any], CallContext], Awaitable[None]]
 
 
-async def _recv_request(stream: grpclib.server.Stream[Any, M]) -> Any:
+async def receive_request(stream: grpclib.server.Stream[Any, M]) -> Any:
     """The single request message of a unary-request RPC, with a clear error if malformed."""
     try:
         request = await stream.recv_message()
@@ -151,6 +151,20 @@ async def _reply_error(stream: grpclib.server.Stream[Any, Any], exc: BaseExcepti
     )
 
 
+def rpc_boundary(body: Body) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
+    """Wrap an RPC body so every exception leaves as a gRPC status with a typed trailer."""
+
+    async def rpc(stream: grpclib.server.Stream[Any, Any]) -> None:
+        try:
+            await body(stream, CallContext.of(stream))
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:  # noqa: BLE001 - the boundary: every error becomes a status
+            await _reply_error(stream, exc)
+
+    return rpc
+
+
 class FlightService:
     """grpclib service object exposing a FlightHandler as arrow.flight.protocol.FlightService."""
 
@@ -159,17 +173,6 @@ class FlightService:
     ) -> None:
         self.handler = handler
         self.max_message_size = max_message_size
-
-    def _wrap(self, body: Body) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
-        async def rpc(stream: grpclib.server.Stream[Any, Any]) -> None:
-            try:
-                await body(stream, CallContext.of(stream))
-            except anyio.get_cancelled_exc_class():
-                raise
-            except Exception as exc:  # noqa: BLE001 - the boundary: every error becomes a status
-                await _reply_error(stream, exc)
-
-        return rpc
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
         rpcs: list[tuple[str, Body, Cardinality, type, type]] = [
@@ -189,7 +192,7 @@ class FlightService:
             ("ListActions", self._list_actions, Cardinality.UNARY_STREAM, Empty, ActionType),
         ]
         return {
-            SERVICE + name: grpclib.const.Handler(self._wrap(body), cardinality, req, rep)
+            SERVICE + name: grpclib.const.Handler(rpc_boundary(body), cardinality, req, rep)
             for name, body, cardinality, req, rep in rpcs
         }
 
@@ -204,29 +207,29 @@ class FlightService:
     async def _list_flights(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        criteria = await _recv_request(stream)
+        criteria = await receive_request(stream)
         async for info in self.handler.list_flights(ctx, criteria.expression):
             await stream.send_message(info)
 
     async def _get_flight_info(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        descriptor = await _recv_request(stream)
+        descriptor = await receive_request(stream)
         await stream.send_message(await self.handler.get_flight_info(ctx, descriptor))
 
     async def _poll_flight_info(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        descriptor = await _recv_request(stream)
+        descriptor = await receive_request(stream)
         await stream.send_message(await self.handler.poll_flight_info(ctx, descriptor))
 
     async def _get_schema(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        descriptor = await _recv_request(stream)
+        descriptor = await receive_request(stream)
         schema = await self.handler.get_schema(ctx, descriptor)
         await stream.send_message(SchemaResult(schema=schema_to_ipc(schema)))
 
     async def _do_get(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        ticket = await _recv_request(stream)
+        ticket = await receive_request(stream)
         writer = FlightDataWriter(stream._stream, before_first_write=stream.send_initial_metadata)
         await self.handler.do_get(ctx, ticket.ticket, writer)
 
@@ -242,14 +245,14 @@ class FlightService:
         await self.handler.do_exchange(ctx, reader, writer)
 
     async def _do_action(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        action = await _recv_request(stream)
+        action = await receive_request(stream)
         async for body in self.handler.do_action(ctx, action):
             await stream.send_message(Result(body=body))
 
     async def _list_actions(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        await _recv_request(stream)
+        await receive_request(stream)
         for action_type in await self.handler.list_actions(ctx):
             await stream.send_message(action_type)
 

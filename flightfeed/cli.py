@@ -1,0 +1,96 @@
+"""`flightfeed` command line: arguments → config → run.
+
+  flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
+  flightfeed demo      the main job on an embedded default (see README)
+  flightfeed --version
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from ._version import __version__
+from .flight.tuning import run
+
+log = logging.getLogger("flightfeed")
+
+
+async def _until_signalled() -> None:
+    """Return on the first SIGINT or SIGTERM."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            return
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from .worker import Worker  # noqa: PLC0415
+
+    async def main() -> None:
+        worker = Worker(
+            host=args.host,
+            port=args.port,
+            session_builder=args.session_builder,
+            advertised_url=args.advertise,
+        )
+        async with worker:
+            print(f"flightfeed worker listening on {worker.location}", flush=True)
+            await _until_signalled()
+        print("flightfeed worker stopped", flush=True)
+
+    run(main, use_uvloop=not args.no_uvloop)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo  # noqa: PLC0415
+
+    return run(lambda: run_demo(workers=args.workers), use_uvloop=not args.no_uvloop)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flightfeed", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"flightfeed {__version__}")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--no-uvloop", action="store_true", help="run on the stock asyncio loop instead of uvloop"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    worker = commands.add_parser("worker", help="run a worker: an Arrow Flight server for tasks")
+    worker.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    worker.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free)")
+    worker.add_argument(
+        "--session-builder",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="import path of an async SessionBuilder, e.g. mypkg.sessions:build",
+    )
+    worker.add_argument(
+        "--advertise", default=None, metavar="URL", help="URL other processes reach this worker at"
+    )
+    worker.set_defaults(func=_worker)
+
+    demo = commands.add_parser("demo", help="run the main job on an embedded default")
+    demo.add_argument("--workers", type=int, default=2, help="local workers to start (default 2)")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
