@@ -21,14 +21,6 @@ from .flight.tuning import run
 log = logging.getLogger("flightfeed")
 
 
-async def _until_signalled() -> None:
-    """Return on the first SIGINT or SIGTERM."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("received %s, shutting down", signal.Signals(signum).name)
-            return
-
-
 def _worker(args: argparse.Namespace) -> int:
     from .worker import Worker  # noqa: PLC0415
 
@@ -39,9 +31,13 @@ def _worker(args: argparse.Namespace) -> int:
             session_builder=args.session_builder,
             advertised_url=args.advertise,
         )
-        async with worker:
-            print(f"flightfeed worker listening on {worker.location}", flush=True)
-            await _until_signalled()
+        # Handlers go in before the port is announced: a signal right after start must count.
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with worker:
+                print(f"flightfeed worker listening on {worker.location}", flush=True)
+                async for signum in signals:
+                    log.info("received %s, shutting down", signal.Signals(signum).name)
+                    break
         print("flightfeed worker stopped", flush=True)
 
     run(main, use_uvloop=not args.no_uvloop)

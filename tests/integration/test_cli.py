@@ -1,0 +1,95 @@
+"""`flightfeed` as a user runs it: a real worker process on a free port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from flightfeed._version import __version__
+from flightfeed.flight.grpc import GrpcChannel
+from flightfeed.flight.tuning import run
+
+
+def _start_worker() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flightfeed.cli", "worker", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "listening on grpc://" in line, line + (proc.stderr.read() if proc.stderr else "")
+    return proc, line.rsplit(" ", 1)[1].strip()
+
+
+@pytest.fixture
+def worker_process() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    proc, location = _start_worker()
+    try:
+        yield proc, location
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_version_flag() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "flightfeed.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == f"flightfeed {__version__}"
+
+
+def test_worker_serves_flight_and_worker_info(
+    worker_process: tuple[subprocess.Popen[str], str],
+) -> None:
+    _, location = worker_process
+    client = flight.connect(location)
+    assert list(client.list_actions()) == []  # the Flight service answers on the port
+    client.close()
+
+    from flightfeed._generated.flightfeed.v1 import GetWorkerInfoRequest, WorkerServiceStub
+
+    async def info() -> str:
+        host, port = location.removeprefix("grpc://").split(":")
+        channel = GrpcChannel(host, int(port))
+        try:
+            reply = await WorkerServiceStub(channel).get_worker_info(GetWorkerInfoRequest())
+            return str(reply.version)
+        finally:
+            channel.close()
+
+    assert run(info) == __version__
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_worker_shuts_down_gracefully_on_signal(
+    worker_process: tuple[subprocess.Popen[str], str], signum: signal.Signals
+) -> None:
+    proc, location = worker_process
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "flightfeed worker stopped" in out
+    with pytest.raises(flight.FlightUnavailableError):
+        flight.connect(location).list_actions()
+
+
+def test_unknown_rpc_is_unimplemented(worker_process: tuple[subprocess.Popen[str], str]) -> None:
+    _, location = worker_process
+    client = flight.connect(location)
+    with pytest.raises(pa.ArrowNotImplementedError, match="UNIMPLEMENTED"):
+        client.do_get(flight.Ticket(b"no such thing")).read_all()
+    client.close()
