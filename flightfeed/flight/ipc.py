@@ -72,7 +72,7 @@ def peek_message(header: memoryview | bytes) -> tuple[int, int]:
         kind = buf[kind_pos] if kind_pos else 0
         length_pos = _flatbuffer_field(buf, table, _FIELD_BODY_LENGTH)
         body_length = _I64.unpack_from(buf, length_pos)[0] if length_pos else 0
-    except struct.error as exc:
+    except (struct.error, IndexError) as exc:
         raise InvalidArgument(f"malformed IPC message header: {exc}") from None
     if body_length < 0:
         raise InvalidArgument("malformed IPC message header: negative body length")

@@ -1,0 +1,61 @@
+"""Running plans: a task context with a background task group, and collecting results."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pyarrow as pa
+
+from .base import DEFAULT_OFFLOAD_THRESHOLD_BYTES, ExecutionPlan, TaskContext, closing
+from .functions import PlanSession
+from .metrics import MetricsRegistry
+
+
+@asynccontextmanager
+async def open_task_context(
+    session: PlanSession,
+    *,
+    task_number: int = 0,
+    task_count: int = 1,
+    metrics: MetricsRegistry | None = None,
+    offload_threshold_bytes: int = DEFAULT_OFFLOAD_THRESHOLD_BYTES,
+) -> AsyncIterator[TaskContext]:
+    """A TaskContext whose background task group lives until the block exits (then cancelled).
+
+    An error of the block is re-raised as is, not wrapped in an ExceptionGroup.
+    """
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        try:
+            yield TaskContext(
+                session=session,
+                task_number=task_number,
+                task_count=task_count,
+                metrics=metrics if metrics is not None else MetricsRegistry(),
+                background=tg,
+                offload_threshold_bytes=offload_threshold_bytes,
+            )
+        except Exception as exc:
+            failure = exc
+        finally:
+            tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+
+
+async def collect_partition(
+    plan: ExecutionPlan, partition: int, ctx: TaskContext
+) -> list[pa.RecordBatch]:
+    """Every batch of one output partition."""
+    async with closing(plan.execute(partition, ctx)) as stream:
+        return [batch async for batch in stream]
+
+
+async def collect(plan: ExecutionPlan, ctx: TaskContext) -> pa.Table:
+    """All output partitions, one after the other, as one table."""
+    batches: list[pa.RecordBatch] = []
+    for partition in range(plan.output_partitions):
+        batches += await collect_partition(plan, partition, ctx)
+    return pa.Table.from_batches(batches, schema=plan.schema)

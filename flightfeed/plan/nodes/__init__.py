@@ -1,0 +1,43 @@
+"""Built-in plan nodes, one per module, each a thin streaming wrapper over Arrow C++."""
+
+from __future__ import annotations
+
+from .coalesce import Coalesce, CoalesceCodec
+from .filter import Filter, FilterCodec
+from .hash_aggregate import AggregateMode, HashAggregate, HashAggregateCodec
+from .hash_join import HashJoin, HashJoinCodec
+from .limit import Limit, LimitCodec
+from .memory_scan import MemoryScan, MemoryScanCodec
+from .projection import Projection, ProjectionCodec
+from .repartition import Repartition, RepartitionCodec
+from .sort import Sort, SortCodec, SortKey
+from .union import Union, UnionCodec
+
+BUILTIN_CODECS = (
+    MemoryScanCodec(),
+    FilterCodec(),
+    ProjectionCodec(),
+    HashAggregateCodec(),
+    SortCodec(),
+    LimitCodec(),
+    UnionCodec(),
+    CoalesceCodec(),
+    RepartitionCodec(),
+    HashJoinCodec(),
+)
+
+__all__ = [
+    "BUILTIN_CODECS",
+    "AggregateMode",
+    "Coalesce",
+    "Filter",
+    "HashAggregate",
+    "HashJoin",
+    "Limit",
+    "MemoryScan",
+    "Projection",
+    "Repartition",
+    "Sort",
+    "SortKey",
+    "Union",
+]

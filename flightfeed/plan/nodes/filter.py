@@ -1,0 +1,77 @@
+"""Filter: keeps the rows where a boolean expression is true (null counts as false)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
+
+import pyarrow as pa
+
+from ..._generated.flightfeed.v1 import FilterNode
+from ...errors import InvalidArgument
+from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
+from ..codec import DecodeContext, parse_payload
+from ..expr import Expr, evaluate, output_type
+from ..expr_proto import expr_from_proto, expr_to_proto
+from ..functions import BUILTINS, FunctionRegistry
+from ..offload import run_compute
+
+
+class Filter(PlanNodeBase):
+    name = "Filter"
+
+    def __init__(
+        self, child: ExecutionPlan, predicate: Expr, *, functions: FunctionRegistry = BUILTINS
+    ) -> None:
+        kind = output_type(predicate, child.schema, functions)
+        if not (pa.types.is_boolean(kind) or pa.types.is_null(kind)):
+            raise InvalidArgument(f"filter predicate {predicate} is {kind}, not boolean")
+        self.child = child
+        self.predicate = predicate
+        self._functions = functions
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.child.schema
+
+    @property
+    def output_partitions(self) -> int:
+        return self.child.output_partitions
+
+    @property
+    def children(self) -> Sequence[ExecutionPlan]:
+        return (self.child,)
+
+    def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
+        expect_children(self.name, children, 1)
+        return Filter(children[0], self.predicate, functions=self._functions)
+
+    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        async with closing(self.child.execute(partition, ctx)) as stream:
+            async for batch in stream:
+                apply = partial(self._apply, batch, ctx)
+                out = await run_compute(ctx, batch.nbytes, apply)
+                if out.num_rows:
+                    yield out
+
+    def _apply(self, batch: pa.RecordBatch, ctx: TaskContext) -> pa.RecordBatch:
+        return batch.filter(evaluate(self.predicate, batch, ctx.session))
+
+    def __repr__(self) -> str:
+        return f"Filter({self.predicate})"
+
+
+class FilterCodec:
+    kinds = (Filter.name,)
+
+    def encode(self, node: ExecutionPlan, /) -> bytes:
+        if not isinstance(node, Filter):
+            raise InvalidArgument(f"FilterCodec cannot encode {node.name}")
+        return bytes(FilterNode(predicate=expr_to_proto(node.predicate)))
+
+    def decode(
+        self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
+    ) -> ExecutionPlan:
+        msg = parse_payload(FilterNode, payload, kind)
+        expect_children(kind, children, 1)
+        return Filter(children[0], expr_from_proto(msg.predicate), functions=ctx.session)

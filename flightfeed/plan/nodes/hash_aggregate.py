@@ -1,0 +1,257 @@
+"""HashAggregate: grouped aggregation on Acero's hash group-by, in SINGLE, PARTIAL or FINAL mode.
+
+PARTIAL emits mergeable states (columns `name[label]`, one row per group per partition) that a
+FINAL over a Coalesce or a Repartition by the group keys merges and finishes; SINGLE does both
+in one node. Like every node it keeps its input's partitioning: each partition is aggregated on
+its own, so SINGLE needs one input partition or an input partitioned by the keys. Build PARTIAL
+and FINAL with the same keys and aggregates. Incoming batches are reduced to states as they
+arrive and states are re-merged every few batches, so memory is bounded by the number of
+groups, not the number of rows.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
+
+import pyarrow as pa
+
+from ..._generated.flightfeed.v1 import AggregateExpr as AggregateExprProto
+from ..._generated.flightfeed.v1 import AggregateMode as AggregateModeProto
+from ..._generated.flightfeed.v1 import HashAggregateNode
+from ...errors import InvalidArgument, PlanDecodeError
+from ..aggregate import (
+    AggregateExpr,
+    BuiltinAggregate,
+    ResolvedAggregate,
+    resolve_aggregate,
+    state_names,
+)
+from ..aggregate_kernel import BuiltinOp, GroupedOp, Op, conform, group_aggregate
+from ..base import (
+    ExecutionPlan,
+    PlanNodeBase,
+    TaskContext,
+    check_memory,
+    closing,
+    expect_children,
+)
+from ..codec import DecodeContext, parse_payload
+from ..expr import Expr, evaluate, output_type
+from ..expr_proto import expr_from_proto, expr_to_proto, named_from_proto, named_to_proto
+from ..functions import BUILTINS, FunctionRegistry
+from ..offload import run_compute
+
+MERGE_EVERY_BATCHES = 16
+OUTPUT_BATCH_ROWS = 65536
+
+
+class AggregateMode(enum.Enum):
+    SINGLE = "single"
+    PARTIAL = "partial"
+    FINAL = "final"
+
+
+class HashAggregate(PlanNodeBase):
+    name = "HashAggregate"
+
+    def __init__(
+        self,
+        child: ExecutionPlan,
+        group_by: Sequence[tuple[Expr, str]],
+        aggregates: Sequence[AggregateExpr],
+        *,
+        mode: AggregateMode = AggregateMode.SINGLE,
+        functions: FunctionRegistry = BUILTINS,
+    ) -> None:
+        self.child = child
+        self.group_by = tuple(group_by)
+        self.aggregates = tuple(aggregates)
+        self.mode = mode
+        self._functions = functions
+        self._resolved = [resolve_aggregate(a, functions) for a in self.aggregates]
+        self._keys = [name for _, name in self.group_by]
+        self._states = [state_names(a, r) for a, r in zip(aggregates, self._resolved, strict=True)]
+        outputs = self._keys + (
+            [s for names in self._states for s in names]
+            if mode is AggregateMode.PARTIAL
+            else [a.name for a in self.aggregates]
+        )
+        if len(set(outputs)) != len(outputs):
+            raise InvalidArgument(f"HashAggregate output names are not unique: {outputs}")
+        if mode is AggregateMode.FINAL:
+            missing = [c for c in self._keys + self._state_columns() if c not in child.schema.names]
+            if missing:
+                raise InvalidArgument(f"FINAL HashAggregate input lacks partial columns {missing}")
+        else:
+            for expr, _ in self.group_by:
+                output_type(expr, child.schema, functions)
+        empty = pa.RecordBatch.from_arrays(
+            [pa.array([], type=f.type) for f in child.schema], schema=child.schema
+        )
+        self._schema = self._finish(
+            self._merge(self._to_states(empty, functions, infer=True), infer=True)
+        ).schema
+
+    def _state_columns(self) -> list[str]:
+        return [s for names in self._states for s in names]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    @property
+    def output_partitions(self) -> int:
+        return self.child.output_partitions
+
+    @property
+    def children(self) -> Sequence[ExecutionPlan]:
+        return (self.child,)
+
+    def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
+        expect_children(self.name, children, 1)
+        return HashAggregate(
+            children[0], self.group_by, self.aggregates, mode=self.mode, functions=self._functions
+        )
+
+    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        states: list[pa.Table] = []
+        since_merge = 0
+        async with closing(self.child.execute(partition, ctx)) as stream:
+            async for batch in stream:
+                if not batch.num_rows:
+                    continue
+                consume = partial(self._to_states, batch, ctx.session)
+                states.append(await run_compute(ctx, batch.nbytes, consume))
+                since_merge += 1
+                if since_merge >= MERGE_EVERY_BATCHES:
+                    merged = await self._merge_async(states, ctx)
+                    states, since_merge = [merged], 0
+                    check_memory(ctx, merged.nbytes, self.name)
+        if not states:  # no rows: a global aggregate still yields its one row
+            empty = pa.RecordBatch.from_arrays(
+                [pa.array([], type=f.type) for f in self.child.schema], schema=self.child.schema
+            )
+            states = [self._to_states(empty, ctx.session)]
+        merged = await self._merge_async(states, ctx)
+        out = merged if self.mode is AggregateMode.PARTIAL else self._finish(merged)
+        for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
+            yield batch
+
+    async def _merge_async(self, states: list[pa.Table], ctx: TaskContext) -> pa.Table:
+        table = pa.concat_tables(states)
+        return await run_compute(ctx, table.nbytes, partial(self._merge, table))
+
+    def _to_states(
+        self, batch: pa.RecordBatch, functions: FunctionRegistry, *, infer: bool = False
+    ) -> pa.Table:
+        """Rows -> states (SINGLE, PARTIAL), or the state columns of a partial batch (FINAL)."""
+        if self.mode is AggregateMode.FINAL:
+            return pa.Table.from_batches([batch.select(self._keys + self._state_columns())])
+        columns: dict[str, pa.Array] = {
+            name: evaluate(expr, batch, functions) for expr, name in self.group_by
+        }
+        ops: list[Op] = []
+        resolved_aggregates = zip(self.aggregates, self._resolved, strict=True)
+        for i, (aggregate, resolved) in enumerate(resolved_aggregates):
+            sources = []
+            for j, arg in enumerate(aggregate.args):
+                columns[f"__arg{i}_{j}"] = evaluate(arg, batch, functions)
+                sources.append(f"__arg{i}_{j}")
+            ops += _partial_ops(resolved, sources, self._states[i])
+        if not columns:
+            return group_aggregate(pa.Table.from_batches([batch.select([])]), [], ops, infer=infer)
+        return group_aggregate(pa.table(columns), self._keys, ops, infer=infer)
+
+    def _merge(self, states: pa.Table, *, infer: bool = False) -> pa.Table:
+        ops: list[Op] = []
+        for resolved, names in zip(self._resolved, self._states, strict=True):
+            ops += _merge_ops(resolved, names)
+        return group_aggregate(states, self._keys, ops, infer=infer)
+
+    def _finish(self, states: pa.Table) -> pa.Table:
+        if self.mode is AggregateMode.PARTIAL:
+            return states
+        columns = [states.column(k) for k in self._keys]
+        for resolved, names in zip(self._resolved, self._states, strict=True):
+            values = [states.column(n).combine_chunks() for n in names]
+            if isinstance(resolved, BuiltinAggregate):
+                columns.append(resolved.finish(values))
+            else:
+                what = f"aggregate UDF {resolved.name!r} finish"
+                result = resolved.finish(values)
+                columns.append(conform(result, resolved.return_type, states.num_rows, what))
+        return pa.Table.from_arrays(columns, names=self._keys + [a.name for a in self.aggregates])
+
+    def __repr__(self) -> str:
+        keys = ", ".join(f"{e} AS {n}" for e, n in self.group_by)
+        aggs = ", ".join(map(str, self.aggregates))
+        return f"HashAggregate({self.mode.value}, keys=[{keys}], aggregates=[{aggs}])"
+
+
+def _partial_ops(resolved: ResolvedAggregate, sources: list[str], outputs: list[str]) -> list[Op]:
+    if isinstance(resolved, BuiltinAggregate):
+        source = sources[0] if sources else None
+        return [
+            BuiltinOp(source, s.partial, out, s.partial_options)
+            for s, out in zip(resolved.states, outputs, strict=True)
+        ]
+    return [
+        GroupedOp(
+            tuple(sources), resolved.update, tuple(outputs), resolved.state_types, resolved.name
+        )
+    ]
+
+
+def _merge_ops(resolved: ResolvedAggregate, names: list[str]) -> list[Op]:
+    if isinstance(resolved, BuiltinAggregate):
+        return [BuiltinOp(n, s.merge, n) for s, n in zip(resolved.states, names, strict=True)]
+    return [
+        GroupedOp(tuple(names), resolved.merge, tuple(names), resolved.state_types, resolved.name)
+    ]
+
+
+_MODES = {
+    AggregateMode.SINGLE: AggregateModeProto.SINGLE,
+    AggregateMode.PARTIAL: AggregateModeProto.PARTIAL,
+    AggregateMode.FINAL: AggregateModeProto.FINAL,
+}
+
+
+class HashAggregateCodec:
+    kinds = (HashAggregate.name,)
+
+    def encode(self, node: ExecutionPlan, /) -> bytes:
+        if not isinstance(node, HashAggregate):
+            raise InvalidArgument(f"HashAggregateCodec cannot encode {node.name}")
+        return bytes(
+            HashAggregateNode(
+                mode=_MODES[node.mode],
+                group_by=[named_to_proto(e, n) for e, n in node.group_by],
+                aggregates=[
+                    AggregateExprProto(
+                        function=a.function, args=[expr_to_proto(x) for x in a.args], name=a.name
+                    )
+                    for a in node.aggregates
+                ],
+            )
+        )
+
+    def decode(
+        self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
+    ) -> ExecutionPlan:
+        msg = parse_payload(HashAggregateNode, payload, kind)
+        expect_children(kind, children, 1)
+        modes = {v: k for k, v in _MODES.items()}
+        mode = modes.get(msg.mode)
+        if mode is None:
+            raise PlanDecodeError(f"unknown aggregate mode {int(msg.mode)}")
+        aggregates = []
+        for a in msg.aggregates:
+            if not a.function or not a.name:
+                raise PlanDecodeError("aggregate without a function or a name")
+            args = tuple(expr_from_proto(x) for x in a.args)
+            aggregates.append(AggregateExpr(a.function, args, a.name))
+        group_by = [named_from_proto(g) for g in msg.group_by]
+        return HashAggregate(children[0], group_by, aggregates, mode=mode, functions=ctx.session)

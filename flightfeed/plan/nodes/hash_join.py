@@ -1,0 +1,184 @@
+"""HashJoin: an equi-join on Acero's hash join, per output partition.
+
+Two modes, as in DataFusion: `collect_left` collects the whole left input once per task (shared
+by every output partition) and joins it with each right partition, so join types that must see
+every right row for a left row (left outer/semi/anti, full outer) need a single right partition;
+partitioned mode joins left partition i with right partition i (both hash-partitioned on the
+keys) and supports every join type. Each output partition collects its right input, then runs
+one join off the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
+
+import anyio
+import pyarrow as pa
+
+from ..._generated.flightfeed.v1 import HashJoinNode
+from ..._generated.flightfeed.v1 import JoinType as JoinTypeProto
+from ...errors import InvalidArgument, PlanDecodeError
+from ..base import (
+    ExecutionPlan,
+    PlanNodeBase,
+    TaskContext,
+    check_memory,
+    closing,
+    expect_children,
+)
+from ..codec import DecodeContext, parse_payload
+from ..offload import run_compute
+
+OUTPUT_BATCH_ROWS = 65536
+
+JOIN_TYPES: dict[str, JoinTypeProto] = {
+    "inner": JoinTypeProto.INNER,
+    "left outer": JoinTypeProto.LEFT_OUTER,
+    "right outer": JoinTypeProto.RIGHT_OUTER,
+    "full outer": JoinTypeProto.FULL_OUTER,
+    "left semi": JoinTypeProto.LEFT_SEMI,
+    "left anti": JoinTypeProto.LEFT_ANTI,
+    "right semi": JoinTypeProto.RIGHT_SEMI,
+    "right anti": JoinTypeProto.RIGHT_ANTI,
+}
+_NEEDS_ALL_RIGHT_ROWS = frozenset({"left outer", "full outer", "left semi", "left anti"})
+
+
+class HashJoin(PlanNodeBase):
+    name = "HashJoin"
+
+    def __init__(
+        self,
+        left: ExecutionPlan,
+        right: ExecutionPlan,
+        on: Sequence[tuple[str, str]],
+        join_type: str = "inner",
+        *,
+        collect_left: bool = True,
+    ) -> None:
+        if join_type not in JOIN_TYPES:
+            raise InvalidArgument(f"unknown join type {join_type!r}; one of {list(JOIN_TYPES)}")
+        if not on:
+            raise InvalidArgument("HashJoin needs at least one key pair")
+        for lk, rk in on:
+            if lk not in left.schema.names or rk not in right.schema.names:
+                raise InvalidArgument(f"join key {lk!r} = {rk!r} not in the inputs")
+        if collect_left and join_type in _NEEDS_ALL_RIGHT_ROWS and right.output_partitions != 1:
+            raise InvalidArgument(
+                f"a {join_type} join collecting the left side needs one right partition"
+            )
+        if not collect_left and left.output_partitions != right.output_partitions:
+            raise InvalidArgument("a partitioned join needs as many left as right partitions")
+        if "semi" not in join_type and "anti" not in join_type:
+            shared = set(left.schema.names) & set(right.schema.names)
+            if shared:
+                raise InvalidArgument(f"join inputs share column names {sorted(shared)}")
+        self.left, self.right = left, right
+        self.on = tuple(on)
+        self.join_type = join_type
+        self.collect_left = collect_left
+        self._schema = self._join(left.schema.empty_table(), right.schema.empty_table()).schema
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    @property
+    def output_partitions(self) -> int:
+        return self.right.output_partitions
+
+    @property
+    def children(self) -> Sequence[ExecutionPlan]:
+        return (self.left, self.right)
+
+    def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
+        expect_children(self.name, children, 2)
+        return HashJoin(
+            children[0], children[1], self.on, self.join_type, collect_left=self.collect_left
+        )
+
+    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        if self.collect_left:
+            build = await ctx.node_state(self, _Build).get(self.left, ctx)
+        else:
+            build = await _collect(self.left, [partition], ctx, self.name)
+        probe = await _collect(self.right, [partition], ctx, self.name)
+        join = partial(self._join, build, probe)
+        out = await run_compute(ctx, build.nbytes + probe.nbytes, join)
+        for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
+            yield batch
+
+    def _join(self, left: pa.Table, right: pa.Table) -> pa.Table:
+        return left.join(
+            right,
+            keys=[lk for lk, _ in self.on],
+            right_keys=[rk for _, rk in self.on],
+            join_type=self.join_type,
+            coalesce_keys=False,
+            use_threads=False,
+        )
+
+    def __repr__(self) -> str:
+        keys = ", ".join(f"{lk} = {rk}" for lk, rk in self.on)
+        mode = "collect_left" if self.collect_left else "partitioned"
+        return f"HashJoin({self.join_type}, [{keys}], {mode})"
+
+
+async def _collect(
+    plan: ExecutionPlan, partitions: Sequence[int], ctx: TaskContext, what: str
+) -> pa.Table:
+    batches: list[pa.RecordBatch] = []
+    nbytes = 0
+    for partition in partitions:
+        async with closing(plan.execute(partition, ctx)) as stream:
+            async for batch in stream:
+                batches.append(batch)
+                nbytes += batch.nbytes
+                check_memory(ctx, nbytes, what)
+    return pa.Table.from_batches(batches, schema=plan.schema)
+
+
+class _Build:
+    """The left input of a collect_left join, collected once per task for all partitions."""
+
+    def __init__(self) -> None:
+        self.lock = anyio.Lock()
+        self.table: pa.Table | None = None
+
+    async def get(self, left: ExecutionPlan, ctx: TaskContext) -> pa.Table:
+        async with self.lock:
+            if self.table is None:
+                partitions = range(left.output_partitions)
+                self.table = await _collect(left, partitions, ctx, "HashJoin build side")
+            return self.table
+
+
+class HashJoinCodec:
+    kinds = (HashJoin.name,)
+
+    def encode(self, node: ExecutionPlan, /) -> bytes:
+        if not isinstance(node, HashJoin):
+            raise InvalidArgument(f"HashJoinCodec cannot encode {node.name}")
+        return bytes(
+            HashJoinNode(
+                left_keys=[lk for lk, _ in node.on],
+                right_keys=[rk for _, rk in node.on],
+                join_type=JOIN_TYPES[node.join_type],
+                collect_left=node.collect_left,
+            )
+        )
+
+    def decode(
+        self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
+    ) -> ExecutionPlan:
+        msg = parse_payload(HashJoinNode, payload, kind)
+        expect_children(kind, children, 2)
+        names = {v: k for k, v in JOIN_TYPES.items()}
+        join_type = names.get(msg.join_type)
+        if join_type is None:
+            raise PlanDecodeError(f"unknown join type {int(msg.join_type)}")
+        if len(msg.left_keys) != len(msg.right_keys):
+            raise PlanDecodeError("HashJoin needs as many left keys as right keys")
+        on = list(zip(msg.left_keys, msg.right_keys, strict=True))
+        return HashJoin(children[0], children[1], on, join_type, collect_left=msg.collect_left)

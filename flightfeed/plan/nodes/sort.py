@@ -1,0 +1,150 @@
+"""Sort: orders each partition by key expressions (Arrow's stable sort_indices), optionally
+keeping only the first `fetch` rows (top-k, with bounded memory). A total order over all
+partitions is Sort over Coalesce."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..._generated.flightfeed.v1 import SortKey as SortKeyProto
+from ..._generated.flightfeed.v1 import SortNode
+from ...errors import InvalidArgument
+from ..base import (
+    ExecutionPlan,
+    PlanNodeBase,
+    TaskContext,
+    check_memory,
+    closing,
+    expect_children,
+)
+from ..codec import DecodeContext, parse_payload
+from ..expr import Expr, evaluate, output_type
+from ..expr_proto import expr_from_proto, expr_to_proto
+from ..functions import BUILTINS, FunctionRegistry
+from ..offload import run_compute
+
+OUTPUT_BATCH_ROWS = 65536
+TOP_K_COMPACT_ROWS = 65536
+"""With `fetch`, buffered rows are cut back to the top k once they reach max(2k, this)."""
+
+
+@dataclass(frozen=True)
+class SortKey:
+    expr: Expr
+    descending: bool = False
+    nulls_first: bool = False
+
+    def __str__(self) -> str:
+        order = "DESC" if self.descending else "ASC"
+        return f"{self.expr} {order} NULLS {'FIRST' if self.nulls_first else 'LAST'}"
+
+
+class Sort(PlanNodeBase):
+    name = "Sort"
+
+    def __init__(
+        self,
+        child: ExecutionPlan,
+        keys: Sequence[SortKey],
+        *,
+        fetch: int | None = None,
+        functions: FunctionRegistry = BUILTINS,
+    ) -> None:
+        if not keys:
+            raise InvalidArgument("Sort needs at least one key")
+        if fetch is not None and fetch < 0:
+            raise InvalidArgument(f"Sort fetch must be >= 0, got {fetch}")
+        for key in keys:
+            output_type(key.expr, child.schema, functions)
+        self.child = child
+        self.keys = tuple(keys)
+        self.fetch = fetch
+        self._functions = functions
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.child.schema
+
+    @property
+    def output_partitions(self) -> int:
+        return self.child.output_partitions
+
+    @property
+    def children(self) -> Sequence[ExecutionPlan]:
+        return (self.child,)
+
+    def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
+        expect_children(self.name, children, 1)
+        return Sort(children[0], self.keys, fetch=self.fetch, functions=self._functions)
+
+    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        if self.fetch == 0:
+            return
+        pending: list[pa.RecordBatch] = []
+        rows = nbytes = 0
+        async with closing(self.child.execute(partition, ctx)) as stream:
+            async for batch in stream:
+                if not batch.num_rows:
+                    continue
+                pending.append(batch)
+                rows += batch.num_rows
+                nbytes += batch.nbytes
+                if self.fetch is not None and rows >= max(2 * self.fetch, TOP_K_COMPACT_ROWS):
+                    top = await run_compute(ctx, nbytes, partial(self._sort, pending, ctx))
+                    pending, rows, nbytes = [top], top.num_rows, top.nbytes
+                check_memory(ctx, nbytes, self.name)
+        if not pending:
+            return
+        out = await run_compute(ctx, nbytes, partial(self._sort, pending, ctx))
+        for offset in range(0, out.num_rows, OUTPUT_BATCH_ROWS):
+            yield out.slice(offset, OUTPUT_BATCH_ROWS)
+
+    def _sort(self, batches: list[pa.RecordBatch], ctx: TaskContext) -> pa.RecordBatch:
+        batch = batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+        keys = pa.RecordBatch.from_arrays(
+            [evaluate(k.expr, batch, ctx.session) for k in self.keys],
+            names=[f"k{i}" for i in range(len(self.keys))],
+        )
+        order = [
+            (
+                f"k{i}",
+                "descending" if k.descending else "ascending",
+                "at_start" if k.nulls_first else "at_end",
+            )
+            for i, k in enumerate(self.keys)
+        ]
+        indices = pc.sort_indices(keys, sort_keys=order)
+        if self.fetch is not None:
+            indices = indices.slice(0, self.fetch)
+        return batch.take(indices)
+
+    def __repr__(self) -> str:
+        return f"Sort([{', '.join(map(str, self.keys))}], fetch={self.fetch})"
+
+
+class SortCodec:
+    kinds = (Sort.name,)
+
+    def encode(self, node: ExecutionPlan, /) -> bytes:
+        if not isinstance(node, Sort):
+            raise InvalidArgument(f"SortCodec cannot encode {node.name}")
+        keys = [
+            SortKeyProto(
+                expr=expr_to_proto(k.expr), descending=k.descending, nulls_first=k.nulls_first
+            )
+            for k in node.keys
+        ]
+        return bytes(SortNode(keys=keys, fetch=node.fetch))
+
+    def decode(
+        self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
+    ) -> ExecutionPlan:
+        msg = parse_payload(SortNode, payload, kind)
+        expect_children(kind, children, 1)
+        keys = [SortKey(expr_from_proto(k.expr), k.descending, k.nulls_first) for k in msg.keys]
+        return Sort(children[0], keys, fetch=msg.fetch, functions=ctx.session)

@@ -1,0 +1,241 @@
+"""HashAggregate in SINGLE, PARTIAL→FINAL (over Coalesce and Repartition) against pyarrow."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from flightfeed.errors import ExecutionError, InvalidArgument, UnknownUdfError
+from flightfeed.plan import (
+    AggregateExpr,
+    AggregateMode,
+    AggregateUdf,
+    Coalesce,
+    ExecutionPlan,
+    HashAggregate,
+    MemoryScan,
+    Partitioning,
+    Repartition,
+    agg,
+    call,
+    col,
+    lit,
+)
+from flightfeed.plan.functions import PlanSession
+from flightfeed.session import Session, SessionStateBuilder
+
+from .helpers import run, sample_table, sorted_rows
+
+pytestmark = pytest.mark.anyio
+
+AGGREGATES = [
+    agg("sum", col("v"), name="sum_v"),
+    agg("count", col("v"), name="count_v"),
+    agg("count", name="rows"),
+    agg("min", col("v"), name="min_v"),
+    agg("max", col("n"), name="max_n"),
+    agg("mean", col("v"), name="mean_v"),
+    agg("min", col("g"), name="min_g"),
+]
+
+
+def expected(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    out = table.group_by(list(keys)).aggregate(
+        [
+            ("v", "sum"),
+            ("v", "count"),
+            ([], "count_all"),
+            ("v", "min"),
+            ("n", "max"),
+            ("v", "mean"),
+            ("g", "min"),
+        ]
+    )
+    return out.rename_columns(
+        [*keys, "sum_v", "count_v", "rows", "min_v", "max_n", "mean_v", "min_g"]
+    ).select([*keys, "sum_v", "count_v", "rows", "min_v", "max_n", "mean_v", "min_g"])
+
+
+def canonical(table: pa.Table, keys: Sequence[str]) -> list[dict[str, object]]:
+    rows = sorted_rows(table, keys)
+    for row in rows:
+        for name, value in row.items():
+            if isinstance(value, float):
+                row[name] = round(value, 9)
+    return rows
+
+
+def two_phase(
+    child: ExecutionPlan,
+    keys: Sequence[str],
+    aggregates: Sequence[AggregateExpr],
+    exchange: str,
+    functions: PlanSession,
+) -> ExecutionPlan:
+    group_by = [(col(k), k) for k in keys]
+    partial = HashAggregate(
+        child, group_by, aggregates, mode=AggregateMode.PARTIAL, functions=functions
+    )
+    middle: ExecutionPlan = (
+        Coalesce(partial)
+        if exchange == "coalesce" or not keys
+        else Repartition(partial, Partitioning(tuple(col(k) for k in keys), 3))
+    )
+    return HashAggregate(
+        middle, group_by, aggregates, mode=AggregateMode.FINAL, functions=functions
+    )
+
+
+@pytest.mark.parametrize("keys", [["k"], ["k", "g"], []], ids=["one-key", "two-keys", "global"])
+async def test_single_mode_matches_pyarrow(keys: list[str]) -> None:
+    table = sample_table(3000)
+    scan = MemoryScan.from_table(table, 1, batch_rows=97)  # > MERGE_EVERY_BATCHES batches
+    plan = HashAggregate(scan, [(col(k), k) for k in keys], AGGREGATES)
+    got = await run(plan)
+    assert got.schema.names == [*keys, *(a.name for a in AGGREGATES)]
+    assert canonical(got, keys) == canonical(expected(table, keys), keys)
+
+
+@pytest.mark.parametrize("exchange", ["coalesce", "repartition"])
+@pytest.mark.parametrize("keys", [["k"], ["g", "k"], []], ids=["one-key", "two-keys", "global"])
+async def test_partial_then_final_matches_pyarrow(keys: list[str], exchange: str) -> None:
+    table = sample_table(3000)
+    scan = MemoryScan.from_table(table, 4, batch_rows=41)
+    plan = two_phase(scan, keys, AGGREGATES, exchange, Session())
+    got = await run(plan, offload=0)
+    assert canonical(got, keys) == canonical(expected(table, keys), keys)
+
+
+async def test_partial_output_is_one_row_per_group_and_partition() -> None:
+    table = sample_table(500)
+    plan = HashAggregate(
+        MemoryScan.from_table(table, 2, batch_rows=10),
+        [(col("g"), "g")],
+        [agg("mean", col("v"), name="m")],
+        mode=AggregateMode.PARTIAL,
+    )
+    assert plan.schema.names == ["g", "m[sum]", "m[count]"]
+    got = await run(plan)
+    assert got.num_rows == 6
+
+
+async def test_expressions_as_keys_and_arguments() -> None:
+    table = sample_table(400)
+    plan = HashAggregate(
+        MemoryScan.from_table(table, 1, batch_rows=33),
+        [(call("utf8_upper", col("g")), "G")],
+        [agg("sum", call("multiply", col("n"), lit(2)), name="s")],
+    )
+    exp = (
+        pa.table({"G": pc.utf8_upper(table["g"]), "x": pc.multiply(table["n"], 2)})
+        .group_by("G")
+        .aggregate([("x", "sum")])
+        .rename_columns(["G", "s"])
+    )
+    assert sorted_rows(await run(plan)) == sorted_rows(exp)
+
+
+async def test_empty_input() -> None:
+    empty = sample_table(0)
+    keyed = HashAggregate(MemoryScan.from_table(empty), [(col("k"), "k")], AGGREGATES)
+    assert (await run(keyed)).num_rows == 0
+    global_ = HashAggregate(MemoryScan.from_table(empty), [], AGGREGATES)
+    row = (await run(global_)).to_pylist()
+    assert row == [
+        {
+            "sum_v": None,
+            "count_v": 0,
+            "rows": 0,
+            "min_v": None,
+            "max_n": None,
+            "mean_v": None,
+            "min_g": None,
+        }
+    ]
+    two = two_phase(MemoryScan.from_table(empty, 2), [], AGGREGATES, "coalesce", Session())
+    assert (await run(two)).to_pylist() == row
+
+
+def sum_of_squares() -> AggregateUdf:
+    """A vectorized UDAF: bincount over group ids, no loop over rows or groups."""
+
+    def update(args: Sequence[pa.Array], ids: pa.Array, groups: int) -> list[pa.Array]:
+        values = pc.fill_null(pc.cast(args[0], pa.float64()), 0.0).to_numpy()
+        weights = values * values
+        return [pa.array(np.bincount(ids.to_numpy(), weights=weights, minlength=groups))]
+
+    def merge(states: Sequence[pa.Array], ids: pa.Array, groups: int) -> list[pa.Array]:
+        weights = states[0].to_numpy()
+        return [pa.array(np.bincount(ids.to_numpy(), weights=weights, minlength=groups))]
+
+    return AggregateUdf(
+        name="sum_sq",
+        return_type=pa.float64(),
+        state_types=(pa.float64(),),
+        update=update,
+        merge=merge,
+        finish=lambda states: states[0],
+    )
+
+
+@pytest.mark.parametrize("mode", ["single", "coalesce", "repartition"])
+@pytest.mark.parametrize("keys", [["k"], []], ids=["keyed", "global"])
+async def test_aggregate_udf(mode: str, keys: list[str]) -> None:
+    session = SessionStateBuilder().with_aggregate_udf(sum_of_squares()).build()
+    table = sample_table(2000)
+    aggregates = [agg("sum_sq", col("v"), name="ss"), agg("count", name="rows")]
+    scan = MemoryScan.from_table(table, 3, batch_rows=37)
+    plan: ExecutionPlan
+    if mode == "single":
+        plan = HashAggregate(
+            Coalesce(scan), [(col(k), k) for k in keys], aggregates, functions=session
+        )
+    else:
+        plan = two_phase(scan, keys, aggregates, mode, session)
+    got = await run(plan, session)
+    squares = pc.multiply(table["v"], table["v"])
+    exp = (
+        pa.table({**{k: table[k] for k in keys}, "sq": squares})
+        .group_by(keys)
+        .aggregate([("sq", "sum", pc.ScalarAggregateOptions(min_count=0)), ([], "count_all")])
+        .rename_columns([*keys, "ss", "rows"])
+    )
+    assert canonical(got, keys) == canonical(exp, keys)
+
+
+def test_unknown_aggregate_names_it() -> None:
+    scan = MemoryScan.from_table(sample_table(5))
+    with pytest.raises(UnknownUdfError, match="median_of_medians"):
+        HashAggregate(scan, [], [agg("median_of_medians", col("v"), name="m")])
+    with pytest.raises(InvalidArgument, match="takes 1 argument"):
+        HashAggregate(scan, [], [agg("sum", col("v"), col("n"), name="m")])
+    with pytest.raises(InvalidArgument, match="unique"):
+        HashAggregate(scan, [(col("k"), "x")], [agg("sum", col("v"), name="x")])
+
+
+def test_final_mode_needs_partial_columns() -> None:
+    scan = MemoryScan.from_table(sample_table(5))
+    with pytest.raises(InvalidArgument, match="partial columns"):
+        HashAggregate(
+            scan, [(col("k"), "k")], [agg("sum", col("v"), name="s")], mode=AggregateMode.FINAL
+        )
+
+
+async def test_failing_udaf_is_execution_error() -> None:
+    def boom(args: Sequence[pa.Array], ids: pa.Array, groups: int) -> list[pa.Array]:
+        raise RuntimeError("kaboom")
+
+    udf = AggregateUdf("bad", pa.int64(), (pa.int64(),), boom, boom, lambda s: s[0])
+    session = SessionStateBuilder().with_aggregate_udf(udf).build()
+    plan = HashAggregate(
+        MemoryScan.from_table(sample_table(10)),
+        [],
+        [agg("bad", col("n"), name="b")],
+        functions=session,
+    )
+    with pytest.raises(ExecutionError, match="kaboom"):
+        await run(plan, session)
