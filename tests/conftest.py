@@ -1,0 +1,62 @@
+"""Test infrastructure: both event loops, real servers on port 0, pyarrow's reference server.
+
+`tests/` is on sys.path so tests import shared code as `helpers.*`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from flightfeed.flight.tuning import apply_process_tuning  # noqa: E402
+from helpers.flight import StoreHandler, running_server  # noqa: E402
+from helpers.pyarrow_server import ReferenceServer  # noqa: E402
+
+apply_process_tuning()
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
+        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    ],
+)
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """Every async test runs on the stock asyncio loop and on uvloop."""
+    backend: tuple[str, dict[str, Any]] = request.param
+    return backend
+
+
+@pytest.fixture
+def store() -> StoreHandler:
+    """A fresh StoreHandler: start it with `helpers.flight.running_server(store)`."""
+    return StoreHandler()
+
+
+@pytest.fixture
+async def store_server(store: StoreHandler) -> AsyncIterator[str]:
+    """A flightfeed FlightServer serving `store` on 127.0.0.1:0; yields its location."""
+    async with running_server(store) as location:
+        yield location
+
+
+@pytest.fixture
+def pyarrow_server() -> Iterator[ReferenceServer]:
+    """pyarrow's own Flight server on port 0, serving in its own thread."""
+    server = ReferenceServer()
+    thread = threading.Thread(target=server.serve, name="pyarrow-flight-server", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "pyarrow Flight server did not shut down"

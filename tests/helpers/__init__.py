@@ -1,0 +1,1 @@
+"""Shared test helpers (Arrow data, Flight servers and clients); imported as `helpers.*`."""
