@@ -261,9 +261,13 @@ class FlightClient:
                 async for result in stream:
                     results.append(result.app_metadata)
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(upload)
-                tg.start_soon(collect)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(upload)
+                    tg.start_soon(collect)
+            except BaseExceptionGroup as group:
+                # The server's status is the error; a failed upload is its consequence.
+                raise _root_cause(group) from None
         return results
 
     @asynccontextmanager
@@ -298,6 +302,22 @@ class FlightClient:
 
     async def list_actions(self, *, metadata: Metadata | None = None) -> list[ActionType]:
         return await self._server_stream("ListActions", Empty(), ActionType, metadata)
+
+
+def _root_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error to report from a failed upload/collect pair: the server's status first."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        exc = stack.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            stack.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    for exc in leaves:
+        if isinstance(exc, GRPCError):
+            return exc
+    return leaves[0] if leaves else group
 
 
 class _DescriptorWriter(FlightDataWriter):
