@@ -1,8 +1,8 @@
 """`flightfeed` command line: arguments → config → run.
 
-  flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
-  flightfeed demo      the main job on an embedded default (see README)
-  flightfeed --version
+flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
+flightfeed demo      the main job on an embedded default (see README)
+flightfeed --version
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ log = logging.getLogger("flightfeed")
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from .worker import Worker  # noqa: PLC0415
+    from .worker import Worker
 
     async def main() -> None:
         worker = Worker(
@@ -45,7 +45,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo  # noqa: PLC0415
+    from .demo import run_demo
 
     return run(lambda: run_demo(workers=args.workers), use_uvloop=not args.no_uvloop)
 

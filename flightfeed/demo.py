@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._generated.arrow.flight.protocol import FlightEndpoint, FlightInfo, Location, Ticket
+from .errors import NotFound
 from .flight import FlightDataWriter, FlightDescriptor, FlightHandler, FlightServer
 from .flight.schema import schema_to_ipc
 from .flight.server import CallContext
-from .errors import NotFound
 
 DEMO_ROWS = 2_000_000
 BATCH_ROWS = 65_536
@@ -86,7 +86,7 @@ class TableHandler(FlightHandler):
 
 
 def _fetch_with_pyarrow(location: str, name: str) -> tuple[pa.Table, int]:
-    import pyarrow.flight as flight  # noqa: PLC0415
+    import pyarrow.flight as flight
 
     client = flight.connect(location)
     try:
@@ -114,5 +114,7 @@ async def run_demo(workers: int = 2) -> int:
         f"pyarrow C++ client read {fetched.num_rows:,} rows ({fetched.nbytes / 1e6:.0f} MB) "
         f"from {endpoints} endpoints in {elapsed:.2f}s: {'identical' if ok else 'MISMATCH'}"
     )
-    print(fetched.group_by("bucket").aggregate([("value", "sum"), ("id", "count")]).sort_by("bucket"))
+    print(
+        fetched.group_by("bucket").aggregate([("value", "sum"), ("id", "count")]).sort_by("bucket")
+    )
     return 0 if ok else 1

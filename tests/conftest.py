@@ -15,9 +15,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from flightfeed.flight.tuning import apply_process_tuning  # noqa: E402
-from helpers.flight import StoreHandler, running_server  # noqa: E402
-from helpers.pyarrow_server import ReferenceServer  # noqa: E402
+from helpers.flight import StoreHandler, running_server
+from helpers.pyarrow_server import ReferenceServer
+
+from flightfeed.flight.tuning import apply_process_tuning
 
 apply_process_tuning()
 

@@ -8,7 +8,7 @@ RemoteError with the gRPC status.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlparse
@@ -18,6 +18,7 @@ import grpclib.client
 import pyarrow as pa
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
+from h2.exceptions import StreamClosedError
 
 from .._generated.arrow.flight.protocol import (
     Action,
@@ -71,17 +72,23 @@ class DoGetCall:
         self._ticket = ticket
         self._metadata = metadata
         self._context: Any = None
+        self._stream: grpclib.client.Stream[Any, Any] | None = None
+        self._reader: FlightDataReader | None = None
 
     async def __aenter__(self) -> FlightDataReader:
-        self._context = self._client._call("DoGet", Cardinality.UNARY_STREAM, Ticket, RawBytes,
-                                           self._metadata)
+        self._context = self._client._call(
+            "DoGet", Cardinality.UNARY_STREAM, Ticket, RawBytes, self._metadata
+        )
         stream = await self._context.__aenter__()
+        self._stream = stream
         await stream.send_message(Ticket(ticket=self._ticket), end=True)
-        return FlightDataReader(
+        self._reader = FlightDataReader(
             stream._stream,
             self._client.max_message_size,
             before_first_read=stream.recv_initial_metadata,
+            guard=stream._wrapper,
         )
+        return self._reader
 
     async def __aexit__(
         self,
@@ -89,6 +96,12 @@ class DoGetCall:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        left_early = exc is None and self._reader is not None and not self._reader.finished
+        if left_early and self._stream is not None:
+            # Reset the stream so the server stops, instead of awaiting its trailers. (On an
+            # exception grpclib resets the stream itself.)
+            with anyio.CancelScope(shield=True), suppress(StreamTerminatedError, StreamClosedError):
+                await self._stream.cancel()  # a dead connection needs no reset
         result: bool | None = await self._context.__aexit__(exc_type, exc, tb)
         return result
 
@@ -258,8 +271,7 @@ class FlightClient:
                 await stream.end()
 
             async def collect() -> None:
-                async for result in stream:
-                    results.append(result.app_metadata)
+                results.extend([result.app_metadata async for result in stream])
 
             try:
                 async with anyio.create_task_group() as tg:
@@ -285,8 +297,10 @@ class FlightClient:
             await stream.send_request()
             writer = _DescriptorWriter(stream._stream, descriptor)
             reader = FlightDataReader(
-                stream._stream, self.max_message_size,
+                stream._stream,
+                self.max_message_size,
                 before_first_read=stream.recv_initial_metadata,
+                guard=stream._wrapper,
             )
             yield writer, reader, stream.end
             if not stream._end_done:

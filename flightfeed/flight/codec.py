@@ -85,9 +85,7 @@ class FlightDataEncoder:
     and delta dictionaries are emitted by Arrow's stream writer before the batch using them.
     """
 
-    def __init__(
-        self, schema: pa.Schema, options: pa.ipc.IpcWriteOptions | None = None
-    ) -> None:
+    def __init__(self, schema: pa.Schema, options: pa.ipc.IpcWriteOptions | None = None) -> None:
         self.schema = schema
         self._sink = IpcMessageSplitter()
         self._writer = pa.ipc.new_stream(self._sink, schema, options=options)
@@ -165,8 +163,7 @@ def decode_flight_data(data: bytes | memoryview) -> FlightDataView:
         length, pos = decode_varint(buf, pos)
         if pos + length > end:
             raise InvalidArgument(
-                f"truncated FlightData: field {number} declares {length} bytes, "
-                f"{end - pos} remain"
+                f"truncated FlightData: field {number} declares {length} bytes, {end - pos} remain"
             )
         value = buf[pos : pos + length]
         pos += length
@@ -202,8 +199,7 @@ class FlightDataDecoder:
         kind, body_length = peek_message(message.header)
         if body_length != len(message.body):
             raise InvalidArgument(
-                f"FlightData body is {len(message.body)} bytes, "
-                f"its header declares {body_length}"
+                f"FlightData body is {len(message.body)} bytes, its header declares {body_length}"
             )
         try:
             if kind == MessageKind.SCHEMA:
@@ -225,6 +221,7 @@ class FlightDataDecoder:
                 batch = self._reader.read_next_batch()
                 if self._feed.pending:
                     raise InvalidArgument("FlightData record batch has trailing bytes")
+                batch.validate()  # O(columns): buffers must fit the schema before kernels run
                 return batch
         except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, OSError) as exc:
             raise InvalidArgument(f"invalid Arrow IPC message in FlightData: {exc}") from None

@@ -5,12 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import grpclib.client
+import grpclib.const
 import grpclib.server
+from grpclib.const import Status
 from grpclib.encoding.base import CodecBase
 from grpclib.protocol import H2Protocol
 
+from ..errors import ResourceExhausted
 from .h2buffer import install as install_streaming_buffer
+from .protowire import check_wire_format
 from .tuning import advertise_max_frame_size, apply_process_tuning, grpc_config
+from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 
 class RawBytes(bytes):
@@ -22,6 +27,9 @@ class MessageCodec(CodecBase):
 
     __content_subtype__ = "proto"
 
+    def __init__(self, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        self.max_message_size = max_message_size
+
     def encode(self, message: Any, message_type: Any) -> bytes:
         if message_type is RawBytes:
             return bytes(message)
@@ -32,6 +40,11 @@ class MessageCodec(CodecBase):
     def decode(self, data: bytes, message_type: Any) -> Any:
         if message_type is RawBytes:
             return RawBytes(data)
+        if len(data) > self.max_message_size:
+            raise ResourceExhausted(
+                f"message of {len(data)} bytes exceeds the limit of {self.max_message_size} bytes"
+            )
+        check_wire_format(data)
         return message_type.parse(data)
 
 
@@ -52,12 +65,33 @@ class TunedH2Protocol(H2Protocol):
         self.connection.flush()
 
 
+async def _unimplemented(stream: grpclib.server.Stream[Any, Any]) -> None:
+    await stream.send_trailing_metadata(
+        status=Status.UNIMPLEMENTED, status_message=f"method {stream._method_name} not found"
+    )
+
+
+class _MethodsOrUnimplemented(dict[str, grpclib.const.Handler]):
+    """grpclib's router answers unknown paths with a bare HTTP-level abort that grpclib
+    clients misreport ("Missing content-type"); route them to a proper UNIMPLEMENTED reply."""
+
+    _fallback = grpclib.const.Handler(
+        _unimplemented, grpclib.const.Cardinality.STREAM_STREAM, RawBytes, RawBytes
+    )
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(key, self._fallback)
+
+
 class GrpcServer(grpclib.server.Server):
     """grpclib Server with flightfeed's codec, windows and frame size."""
 
-    def __init__(self, handlers: list[Any]) -> None:
+    def __init__(
+        self, handlers: list[Any], max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    ) -> None:
         apply_process_tuning()
-        super().__init__(handlers, codec=MessageCodec(), config=grpc_config())
+        super().__init__(handlers, codec=MessageCodec(max_message_size), config=grpc_config())
+        self._mapping = _MethodsOrUnimplemented(self._mapping)
 
     def _protocol_factory(self) -> H2Protocol:
         self.__gc_step__()

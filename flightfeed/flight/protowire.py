@@ -73,3 +73,23 @@ def skip_field(buf: memoryview, pos: int, wire_type: int) -> int:
     if pos > len(buf):
         raise InvalidArgument("truncated protobuf field")
     return pos
+
+
+def check_wire_format(data: bytes | memoryview, max_depth: int = 0) -> None:
+    """Raise InvalidArgument unless `data` is well-formed protobuf wire format.
+
+    betterproto2 parses leniently (garbage often decodes to a default message), so requests
+    are checked first: valid tags and wire types (no groups), varints of at most 10 bytes,
+    lengths within the buffer.
+    """
+    buf = memoryview(data)
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        key, pos = decode_varint(buf, pos)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise InvalidArgument("malformed protobuf: field number 0")
+        if wire_type not in (WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32):
+            raise InvalidArgument(f"malformed protobuf: wire type {wire_type} in field {number}")
+        pos = skip_field(buf, pos, wire_type)

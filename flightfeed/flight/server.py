@@ -36,7 +36,7 @@ from .._generated.arrow.flight.protocol import (
     SchemaResult,
     Ticket,
 )
-from ..errors import InvalidArgument, Unimplemented
+from ..errors import FlightfeedError, InvalidArgument, Unimplemented
 from .grpc import GrpcServer, RawBytes
 from .schema import schema_to_ipc
 from .status import status_and_trailers
@@ -134,7 +134,11 @@ async def receive_request(stream: grpclib.server.Stream[Any, M]) -> Any:
     """The single request message of a unary-request RPC, with a clear error if malformed."""
     try:
         request = await stream.recv_message()
-    except Exception as exc:  # noqa: BLE001 - any decode failure is the client's fault
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"malformed request message: {exc.message}") from None
+    except FlightfeedError:  # e.g. ResourceExhausted for an oversized request
+        raise
+    except Exception as exc:
         raise InvalidArgument(f"malformed request message: {exc}") from None
     if request is None:
         raise InvalidArgument("request message missing")
@@ -146,9 +150,7 @@ async def _reply_error(stream: grpclib.server.Stream[Any, Any], exc: BaseExcepti
     log.debug("%s failed: %s", stream._method_name, message, exc_info=exc)
     if stream._send_trailing_metadata_done or not stream._stream.closable:
         return
-    await stream.send_trailing_metadata(
-        status=status, status_message=message, metadata=trailers
-    )
+    await stream.send_trailing_metadata(status=status, status_message=message, metadata=trailers)
 
 
 def rpc_boundary(body: Body) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
@@ -159,7 +161,7 @@ def rpc_boundary(body: Body) -> Callable[[grpclib.server.Stream[Any, Any]], Awai
             await body(stream, CallContext.of(stream))
         except anyio.get_cancelled_exc_class():
             raise
-        except Exception as exc:  # noqa: BLE001 - the boundary: every error becomes a status
+        except Exception as exc:
             await _reply_error(stream, exc)
 
     return rpc
@@ -176,15 +178,35 @@ class FlightService:
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
         rpcs: list[tuple[str, Body, Cardinality, type, type]] = [
-            ("Handshake", self._handshake, Cardinality.STREAM_STREAM, HandshakeRequest,
-             HandshakeResponse),
+            (
+                "Handshake",
+                self._handshake,
+                Cardinality.STREAM_STREAM,
+                HandshakeRequest,
+                HandshakeResponse,
+            ),
             ("ListFlights", self._list_flights, Cardinality.UNARY_STREAM, Criteria, FlightInfo),
-            ("GetFlightInfo", self._get_flight_info, Cardinality.UNARY_UNARY, FlightDescriptor,
-             FlightInfo),
-            ("PollFlightInfo", self._poll_flight_info, Cardinality.UNARY_UNARY,
-             FlightDescriptor, PollInfo),
-            ("GetSchema", self._get_schema, Cardinality.UNARY_UNARY, FlightDescriptor,
-             SchemaResult),
+            (
+                "GetFlightInfo",
+                self._get_flight_info,
+                Cardinality.UNARY_UNARY,
+                FlightDescriptor,
+                FlightInfo,
+            ),
+            (
+                "PollFlightInfo",
+                self._poll_flight_info,
+                Cardinality.UNARY_UNARY,
+                FlightDescriptor,
+                PollInfo,
+            ),
+            (
+                "GetSchema",
+                self._get_schema,
+                Cardinality.UNARY_UNARY,
+                FlightDescriptor,
+                SchemaResult,
+            ),
             ("DoGet", self._do_get, Cardinality.UNARY_STREAM, Ticket, RawBytes),
             ("DoPut", self._do_put, Cardinality.STREAM_STREAM, RawBytes, PutResult),
             ("DoExchange", self._do_exchange, Cardinality.STREAM_STREAM, RawBytes, RawBytes),
@@ -237,9 +259,7 @@ class FlightService:
         reader = FlightDataReader(stream._stream, self.max_message_size)
         await self.handler.do_put(ctx, reader, PutResultWriter(stream))
 
-    async def _do_exchange(
-        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
-    ) -> None:
+    async def _do_exchange(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
         reader = FlightDataReader(stream._stream, self.max_message_size)
         writer = FlightDataWriter(stream._stream, before_first_write=stream.send_initial_metadata)
         await self.handler.do_exchange(ctx, reader, writer)
@@ -276,7 +296,9 @@ class FlightServer:
         self.handler = handler
         self.host = host
         self.port = port
-        self._grpc = GrpcServer([FlightService(handler, max_message_size), *services])
+        self._grpc = GrpcServer(
+            [FlightService(handler, max_message_size), *services], max_message_size
+        )
         self._started = False
 
     @property

@@ -37,6 +37,7 @@ _CODE_TO_PROTO: Final = {
     "RESOURCE_EXHAUSTED": ErrorCode.RESOURCE_EXHAUSTED,
     "INTERNAL": ErrorCode.INTERNAL,
     "UNAUTHENTICATED": ErrorCode.UNAUTHENTICATED,
+    "UNIMPLEMENTED": ErrorCode.UNIMPLEMENTED,
 }
 _PROTO_TO_CODE: Final = {v: k for k, v in _CODE_TO_PROTO.items()}
 
@@ -99,6 +100,6 @@ def from_grpc_error(exc: GRPCError, trailers: Mapping[str, Any] | None) -> Fligh
     if isinstance(raw, bytes):
         try:
             return from_detail(ErrorDetail.parse(raw))
-        except Exception:  # noqa: BLE001 - a broken detail must not hide the status
+        except Exception:
             pass
     return RemoteError(exc.message or exc.status.name, grpc_status=exc.status)

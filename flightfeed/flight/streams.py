@@ -88,8 +88,12 @@ class FlightDataReader:
         stream: H2Stream,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         before_first_read: Any = None,
+        guard: Any = None,
     ) -> None:
         self._stream = stream
+        # grpclib interrupts waits inside a call's wrapper when the connection dies; raw reads
+        # must wait inside it too, or a closed channel would leave them waiting forever.
+        self._guard = guard
         self._decoder = FlightDataDecoder()
         self._max = max_message_size
         self._before_first_read = before_first_read
@@ -100,6 +104,11 @@ class FlightDataReader:
     @property
     def schema(self) -> pa.Schema | None:
         return self._decoder.schema
+
+    @property
+    def finished(self) -> bool:
+        """Whether the stream was read to its end."""
+        return self._done
 
     async def read_schema(self) -> pa.Schema:
         """Read messages until the schema has arrived (the stream's first message)."""
@@ -118,7 +127,11 @@ class FlightDataReader:
         if self._before_first_read is not None:
             hook, self._before_first_read = self._before_first_read, None
             await hook()
-        data = await recv_raw(self._stream, self._max)
+        if self._guard is not None:
+            with self._guard:
+                data = await recv_raw(self._stream, self._max)
+        else:
+            data = await recv_raw(self._stream, self._max)
         if data is None:
             self._done = True
             return None

@@ -55,7 +55,7 @@ def _cheap_data_repr(self: Any) -> str:
 
 def patch_h2_frame_repr() -> None:
     """Make DATA-frame repr O(1): h2 evaluates it for a trace log on every received frame."""
-    from hyperframe.frame import DataFrame  # noqa: PLC0415
+    from hyperframe.frame import DataFrame
 
     DataFrame._body_repr = _cheap_data_repr
 
@@ -89,17 +89,15 @@ def use_uvloop_default() -> bool:
     if os.environ.get("FLIGHTFEED_UVLOOP", "1") == "0":
         return False
     try:
-        import uvloop  # noqa: F401, PLC0415
+        import uvloop  # noqa: F401
     except ImportError:
         return False
     return True
 
 
-def run(
-    main: Callable[[], Coroutine[Any, Any, T]], *, use_uvloop: bool | None = None
-) -> T:
+def run(main: Callable[[], Coroutine[Any, Any, T]], *, use_uvloop: bool | None = None) -> T:
     """Run a coroutine function on uvloop (default) or asyncio, after process tuning."""
-    import anyio  # noqa: PLC0415
+    import anyio
 
     apply_process_tuning()
     uvloop_on = use_uvloop_default() if use_uvloop is None else use_uvloop

@@ -116,7 +116,5 @@ async def recv_raw(
     except StreamTerminatedError as exc:
         raise Cancelled(f"stream terminated: {exc}") from None
     if len(data) != length:
-        raise InvalidArgument(
-            f"truncated gRPC message: expected {length} bytes, got {len(data)}"
-        )
+        raise InvalidArgument(f"truncated gRPC message: expected {length} bytes, got {len(data)}")
     return data

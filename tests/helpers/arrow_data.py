@@ -6,12 +6,13 @@ property tests draw only the (small) structure with hypothesis and get the data 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from collections.abc import Sequence
-from functools import lru_cache
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -53,10 +54,8 @@ class LabelType(pa.ExtensionType):  # type: ignore[misc]
 
 
 def _register(ext: Any) -> None:
-    try:
+    with contextlib.suppress(pa.ArrowKeyError):  # already registered in this process
         pa.register_extension_type(ext)
-    except pa.ArrowKeyError:  # already registered by an earlier import in this process
-        pass
 
 
 _register(RationalType())
@@ -114,9 +113,7 @@ def random_array(
     return arr
 
 
-def _random_array(  # noqa: PLR0911, PLR0912 - one branch per Arrow type family, on purpose
-    t: Any, n: int, rng: np.random.Generator, nullable: bool, density: float
-) -> Any:
+def _random_array(t: Any, n: int, rng: np.random.Generator, nullable: bool, density: float) -> Any:
     types = pa.types
     mask = _mask(rng, n, nullable, density)
     if types.is_null(t):
@@ -129,21 +126,21 @@ def _random_array(  # noqa: PLR0911, PLR0912 - one branch per Arrow type family,
         return pa.array(rng.random(n) < 0.5, type=t, mask=mask)
     if types.is_integer(t):
         info = np.iinfo(t.to_pandas_dtype())
-        values = rng.integers(info.min, info.max, size=n, dtype=info.dtype, endpoint=True)
-        return pa.array(values, type=t, mask=mask)
+        ints = rng.integers(info.min, info.max, size=n, dtype=info.dtype, endpoint=True)
+        return pa.array(ints, type=t, mask=mask)
     if types.is_floating(t):
-        values = rng.standard_normal(n) * 1000
-        values[rng.random(n) < 0.1] = np.inf
-        return pa.array(values.astype(t.to_pandas_dtype()), type=t, mask=mask)
+        floats = rng.standard_normal(n) * 1000
+        floats[rng.random(n) < 0.1] = np.inf
+        return pa.array(floats.astype(t.to_pandas_dtype()), type=t, mask=mask)
     if types.is_decimal(t):
         py = random.Random(int(rng.integers(1 << 32)))
         bound = 10**t.precision - 1
         nulls = _nulls_list(mask, n)
-        values = [
+        decimals = [
             None if nulls[i] else Decimal(py.randint(-bound, bound)).scaleb(-t.scale)
             for i in range(n)
         ]
-        return pa.array(values, type=t)
+        return pa.array(decimals, type=t)
     if types.is_date32(t):
         return _int_view(rng, t, n, mask, -100_000, 100_000, pa.int32())
     if types.is_date64(t):
@@ -169,7 +166,9 @@ def _random_array(  # noqa: PLR0911, PLR0912 - one branch per Arrow type family,
         return pa.array([None if nulls[i] else _text(rng, 8 if i % 2 else 20) for i in range(n)], t)
     if types.is_binary(t) or types.is_large_binary(t) or types.is_binary_view(t):
         nulls = _nulls_list(mask, n)
-        return pa.array([None if nulls[i] else _bytes(rng, 8 if i % 2 else 30) for i in range(n)], t)
+        return pa.array(
+            [None if nulls[i] else _bytes(rng, 8 if i % 2 else 30) for i in range(n)], t
+        )
     if types.is_fixed_size_binary(t):
         nulls = _nulls_list(mask, n)
         return pa.array([None if nulls[i] else rng.bytes(t.byte_width) for i in range(n)], t)
@@ -234,7 +233,9 @@ def _random_union(t: Any, n: int, rng: np.random.Generator, density: float) -> A
         children = [_random_array(f.type, n, rng, True, density) for f in t]
         return pa.UnionArray.from_sparse(type_ids, children, names, codes)
     counts = [int((picks == k).sum()) for k in range(len(codes))]
-    children = [_random_array(f.type, c, rng, True, density) for f, c in zip(t, counts, strict=True)]
+    children = [
+        _random_array(f.type, c, rng, True, density) for f, c in zip(t, counts, strict=True)
+    ]
     seen = [0] * len(codes)
     offsets = []
     for k in picks:
@@ -243,15 +244,13 @@ def _random_union(t: Any, n: int, rng: np.random.Generator, density: float) -> A
     return pa.UnionArray.from_dense(type_ids, pa.array(offsets, pa.int32()), children, names, codes)
 
 
-def _random_ree(
-    t: Any, n: int, rng: np.random.Generator, nullable: bool, density: float
-) -> Any:
+def _random_ree(t: Any, n: int, rng: np.random.Generator, nullable: bool, density: float) -> Any:
     if n == 0:
         runs = 0
         ends: list[int] = []
     else:
         runs = int(rng.integers(1, n + 1))
-        cuts = rng.choice(np.arange(1, n), size=runs - 1, replace=False) if runs > 1 else []
+        cuts = rng.choice(np.arange(1, n), size=runs - 1, replace=False) if runs > 1 else ()
         ends = [*sorted(int(c) for c in cuts), n]
     values = _random_array(t.value_type, runs, rng, nullable, density)
     return pa.RunEndEncodedArray.from_arrays(pa.array(ends, t.run_end_type), values, type=t)
@@ -335,9 +334,7 @@ def arrow_types(depth: int = 2) -> st.SearchStrategy[Any]:
         st.builds(  # Arrow's IPC names map items "value" whatever they were called
             pa.map_, st.sampled_from(MAP_KEY_TYPES), inner_fields.map(_as_value), st.booleans()
         ),
-        st.builds(
-            _union, union_fields, st.sampled_from(["sparse", "dense"]), st.randoms()
-        ),
+        st.builds(_union, union_fields, st.sampled_from(["sparse", "dense"]), st.randoms()),
         st.builds(
             pa.run_end_encoded,
             st.sampled_from([pa.int16(), pa.int32(), pa.int64()]),
@@ -356,9 +353,7 @@ def _union(fields: list[pa.Field], mode: str, rnd: random.Random) -> Any:
 
 
 def arrow_schemas(max_fields: int = 4, depth: int = 2) -> st.SearchStrategy[pa.Schema]:
-    return st.builds(
-        pa.schema, st.lists(arrow_fields(depth), max_size=max_fields), _metadata
-    )
+    return st.builds(pa.schema, st.lists(arrow_fields(depth), max_size=max_fields), _metadata)
 
 
 @dataclass
@@ -423,9 +418,7 @@ def _dict_batch(values: Sequence[str], indices: Sequence[int | None]) -> pa.Reco
     struct = pa.StructArray.from_arrays([arr], names=["d"])
     return pa.record_batch(
         [arr.slice(0, 2), nested, struct.slice(0, 2)],
-        schema=pa.schema(
-            [("d", t), ("ld", pa.list_(t)), ("sd", pa.struct([("d", t)]))]
-        ),
+        schema=pa.schema([("d", t), ("ld", pa.list_(t)), ("sd", pa.struct([("d", t)]))]),
     )
 
 
@@ -515,7 +508,11 @@ FAMILY_TYPES: tuple[tuple[str, Any], ...] = (
     (
         "dense_union",
         pa.dense_union(
-            [pa.field("i", pa.int64()), pa.field("l", pa.list_(pa.int8())), pa.field("n", pa.null())]
+            [
+                pa.field("i", pa.int64()),
+                pa.field("l", pa.list_(pa.int8())),
+                pa.field("n", pa.null()),
+            ]
         ),
     ),
     ("dictionary_string", pa.dictionary(pa.int32(), pa.string())),

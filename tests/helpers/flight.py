@@ -157,9 +157,7 @@ def cpp_do_get(location: str, ticket: bytes) -> tuple[pa.Schema, Received]:
         return cpp_read(client.do_get(fl.Ticket(ticket)))
 
 
-def cpp_do_put(
-    location: str, descriptor: fl.FlightDescriptor, case: StreamCase
-) -> list[bytes]:
+def cpp_do_put(location: str, descriptor: fl.FlightDescriptor, case: StreamCase) -> list[bytes]:
     """Upload a case with pyarrow's client, reading each PutResult before the next write."""
     options = fl.FlightCallOptions(write_options=case.options) if case.options else None
     acks: list[bytes] = []

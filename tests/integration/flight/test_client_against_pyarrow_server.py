@@ -8,6 +8,7 @@ import anyio
 import pyarrow as pa
 import pytest
 from grpclib.const import Status
+from helpers.pyarrow_server import SCHEMA, TOKEN, ReferenceServer, sample_table
 
 from flightfeed.errors import RemoteError
 from flightfeed.flight import (
@@ -18,7 +19,6 @@ from flightfeed.flight import (
     path_descriptor,
     schema_from_ipc,
 )
-from helpers.pyarrow_server import SCHEMA, TOKEN, ReferenceServer, sample_table
 
 pytestmark = pytest.mark.anyio
 
@@ -95,7 +95,10 @@ async def test_do_get(pyarrow_server: ReferenceServer) -> None:
 
 
 async def test_do_get_app_metadata(pyarrow_server: ReferenceServer) -> None:
-    async with FlightClient(pyarrow_server.location) as client, client.do_get(b"with-metadata") as reader:
+    async with (
+        FlightClient(pyarrow_server.location) as client,
+        client.do_get(b"with-metadata") as reader,
+    ):
         items = [item async for item in reader.with_metadata()]
     assert [meta for _, meta in items] == [b"m0", b"m1", b"m2", b"m3"]
     expected = sample_table().to_batches(max_chunksize=300)

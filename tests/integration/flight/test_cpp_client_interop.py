@@ -13,6 +13,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as fl
 import pytest
+from helpers.arrow_data import StreamCase
+from helpers.flight import (
+    StoreHandler,
+    cpp_client,
+    cpp_read,
+    descriptor_key,
+    in_thread,
+    put_ack,
+    running_server,
+)
 
 from flightfeed._generated.arrow.flight.protocol import PollInfo
 from flightfeed.errors import NotFound
@@ -33,16 +43,6 @@ from flightfeed.flight import (
     command_descriptor,
     schema_to_ipc,
 )
-from helpers.arrow_data import StreamCase
-from helpers.flight import (
-    StoreHandler,
-    cpp_client,
-    cpp_read,
-    descriptor_key,
-    in_thread,
-    put_ack,
-    running_server,
-)
 
 SCHEMA = pa.schema(
     [pa.field("x", pa.int64()), pa.field("name", pa.string(), metadata={"k": "v"})],
@@ -54,7 +54,10 @@ pytestmark = pytest.mark.anyio
 
 def table(rows: int, start: int = 0) -> pa.Table:
     return pa.table(
-        {"x": pa.array(range(start, start + rows), pa.int64()), "name": [f"r{i}" for i in range(rows)]},
+        {
+            "x": pa.array(range(start, start + rows), pa.int64()),
+            "name": [f"r{i}" for i in range(rows)],
+        },
         schema=SCHEMA,
     )
 
@@ -400,7 +403,10 @@ async def test_do_action_multiple_results(handler: InteropHandler) -> None:
                 return [r.body.to_pybytes() for r in client.do_action(fl.Action(action, body))]
 
         assert await in_thread(call, "count", b"3") == [
-            b"result 0", b"result 1", b"result 2", b"done"
+            b"result 0",
+            b"result 1",
+            b"result 2",
+            b"done",
         ]
         assert await in_thread(call, "count", b"0") == [b"done"]
         assert await in_thread(call, "empty", b"") == []
@@ -448,4 +454,3 @@ async def test_unimplemented_rpcs_by_default() -> None:
     assert "GetFlightInfo is not implemented" in errors[2]
     assert "GetSchema is not implemented" in errors[3]
     assert "unknown action type 'a'" in errors[4]
-

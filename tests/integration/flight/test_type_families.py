@@ -13,8 +13,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
-
-from flightfeed.flight import FlightClient, command_descriptor
 from helpers.arrow_data import (
     StreamCase,
     assert_stream_equal,
@@ -35,6 +33,8 @@ from helpers.flight import (
     in_thread,
     running_server,
 )
+
+from flightfeed.flight import FlightClient, command_descriptor
 
 pytestmark = pytest.mark.anyio
 CASES = family_cases()

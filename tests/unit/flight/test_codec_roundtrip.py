@@ -14,21 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from flightfeed._generated.arrow.flight.protocol import FlightData
-from flightfeed.errors import InvalidArgument
-from flightfeed.flight import (
-    FlightClient,
-    FlightDataDecoder,
-    FlightDataEncoder,
-    command_descriptor,
-    decode_flight_data,
-    path_descriptor,
-)
-from flightfeed.flight.codec import encode_flight_data
-from flightfeed.flight.ipc import MessageKind, peek_message
 from helpers.arrow_data import StreamCase, assert_stream_equal, random_batch, stream_cases
 from helpers.flight import (
     Received,
@@ -42,6 +27,21 @@ from helpers.flight import (
     in_thread,
     running_server,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flightfeed._generated.arrow.flight.protocol import FlightData
+from flightfeed.errors import InvalidArgument
+from flightfeed.flight import (
+    FlightClient,
+    FlightDataDecoder,
+    FlightDataEncoder,
+    command_descriptor,
+    decode_flight_data,
+    path_descriptor,
+)
+from flightfeed.flight.codec import EncodedMessage, encode_flight_data
+from flightfeed.flight.ipc import MessageKind, peek_message
 
 CONTINUATION = b"\xff\xff\xff\xff"
 
@@ -49,7 +49,7 @@ CONTINUATION = b"\xff\xff\xff\xff"
 def grpc_payloads(case: StreamCase, descriptor: bytes | None = None) -> list[bytes]:
     """Encode a case; return each gRPC message's payload after checking its 5-byte prefix."""
     encoder = FlightDataEncoder(case.schema, case.options)
-    messages = [encoder.schema_message(descriptor)]
+    messages: list[EncodedMessage] = [encoder.schema_message(descriptor)]
     for batch, metadata in zip(case.batches, case.metadata, strict=True):
         messages += encoder.encode(batch, metadata)
     payloads = []
@@ -70,7 +70,7 @@ def reference_messages(case: StreamCase) -> list[tuple[bytes, bytes]]:
         writer.write_batch(batch)
     writer.close()
     data: bytes = sink.getvalue().to_pybytes()
-    messages = []
+    messages: list[tuple[bytes, bytes]] = []
     pos = 0
     while True:
         assert data[pos : pos + 4] == CONTINUATION
@@ -135,7 +135,9 @@ def check_codec_roundtrip(case: StreamCase, descriptor: bytes | None = None) -> 
 descriptors = st.one_of(
     st.none(),
     st.builds(lambda cmd: bytes(command_descriptor(cmd)), st.binary(min_size=1, max_size=20)),
-    st.builds(lambda path: bytes(path_descriptor(*path)), st.lists(st.text(max_size=5), max_size=3)),
+    st.builds(
+        lambda path: bytes(path_descriptor(*path)), st.lists(st.text(max_size=5), max_size=3)
+    ),
 )
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import struct
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers.arrow_data import dictionary_replacement_case, random_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +21,6 @@ from flightfeed.flight.ipc import (
     MessageKind,
     peek_message,
 )
-from helpers.arrow_data import dictionary_replacement_case, random_batch
 
 KINDS = {
     "schema": MessageKind.SCHEMA,
@@ -41,8 +43,11 @@ def ipc_stream(options: pa.ipc.IpcWriteOptions | None = None) -> bytes:
     with pa.ipc.new_stream(sink2, extra.schema, options=options) as second:
         second.write_batch(extra)
         second.write_batch(extra.slice(10, 20))
-    stream: bytes = sink.getvalue().to_pybytes()
-    return stream[:-8] + sink2.getvalue().to_pybytes()  # two streams' messages, one end marker
+    first: bytes = sink.getvalue().to_pybytes()
+    second_stream: bytes = sink2.getvalue().to_pybytes()
+    return (
+        first[:-8] + second_stream
+    )  # two streams' messages, one end marker  # two streams' messages, one end marker
 
 
 def split_messages(stream: bytes) -> list[tuple[bytes, bytes]]:
@@ -122,10 +127,8 @@ def test_peek_message_on_corrupted_headers_only_raises_invalid_argument(
 
 @given(st.binary(max_size=64))
 def test_peek_message_on_garbage_only_raises_invalid_argument(data: bytes) -> None:
-    try:
+    with contextlib.suppress(InvalidArgument):
         peek_message(data)
-    except InvalidArgument:
-        pass
 
 
 # --- IpcMessageSplitter ----------------------------------------------------------------
@@ -135,7 +138,7 @@ def chunks(data: bytes, cuts: list[int], kinds: list[int]) -> list[bytes | memor
     """`data` cut at the given points, each piece as bytes, memoryview or pa.Buffer."""
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
     out: list[bytes | memoryview | pa.Buffer] = []
-    for i, (start, end) in enumerate(zip(points, points[1:], strict=False)):
+    for i, (start, end) in enumerate(itertools.pairwise(points)):
         piece = data[start:end]
         kind = kinds[i % len(kinds)] if kinds else 0
         out.append([piece, memoryview(piece), pa.py_buffer(piece)][kind])
@@ -188,19 +191,21 @@ def test_splitter_keeps_arrow_body_buffers_without_copying() -> None:
     splitter = IpcMessageSplitter()
     with pa.ipc.new_stream(splitter, batch.schema) as writer:
         writer.write_batch(batch)
-    schema_message, batch_message = splitter.take()
+    _schema_message, batch_message = splitter.take()
     addresses = [part.address for part in batch_message.body if isinstance(part, pa.Buffer)]
     assert values.buffers()[1].address in addresses
 
 
 def test_splitter_rejects_legacy_messages_without_continuation() -> None:
+    batch = pa.record_batch({"a": pa.array([1], pa.int8())})
+
+    def write_legacy() -> None:
+        legacy = pa.ipc.IpcWriteOptions(use_legacy_format=True)
+        with pa.ipc.new_stream(IpcMessageSplitter(), batch.schema, options=legacy) as writer:
+            writer.write_batch(batch)
+
     with pytest.raises((ValueError, pa.ArrowException), match="continuation"):
-        with pa.ipc.new_stream(
-            IpcMessageSplitter(),
-            pa.schema([("a", pa.int8())]),
-            options=pa.ipc.IpcWriteOptions(use_legacy_format=True),
-        ) as writer:
-            writer.write_batch(pa.record_batch({"a": pa.array([1], pa.int8())}))
+        write_legacy()
 
 
 # --- IpcMessageFeed ----------------------------------------------------------------------

@@ -181,7 +181,9 @@ unknown_fields = st.lists(
 
 
 @given(before=unknown_fields, between=unknown_fields, after=unknown_fields)
-def test_unknown_fields_are_skipped(before: list[bytes], between: list[bytes], after: list[bytes]) -> None:
+def test_unknown_fields_are_skipped(
+    before: list[bytes], between: list[bytes], after: list[bytes]
+) -> None:
     header = len_field_header(2, 5) + b"HEADR"
     body = len_field_header(1000, 4) + b"BODY"
     meta = len_field_header(3, 2) + b"md"
@@ -207,7 +209,7 @@ def test_empty_message_has_empty_fields() -> None:
 
 def test_fields_are_views_not_copies() -> None:
     payload = bytearray(len_field_header(1000, 4) + b"BODY")
-    view = decode_flight_data(payload)
+    view = decode_flight_data(memoryview(payload))
     payload[-4:] = b"XXXX"
     assert bytes(view.body) == b"XXXX"
 

@@ -159,6 +159,8 @@ class ErrorCode(betterproto2.Enum):
 
     UNAUTHENTICATED = 12
 
+    UNIMPLEMENTED = 13
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -175,6 +177,7 @@ class ErrorCode(betterproto2.Enum):
             10: "ERROR_CODE_RESOURCE_EXHAUSTED",
             11: "ERROR_CODE_INTERNAL",
             12: "ERROR_CODE_UNAUTHENTICATED",
+            13: "ERROR_CODE_UNIMPLEMENTED",
         }
 
     @classmethod
@@ -193,6 +196,7 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_RESOURCE_EXHAUSTED": 10,
             "ERROR_CODE_INTERNAL": 11,
             "ERROR_CODE_UNAUTHENTICATED": 12,
+            "ERROR_CODE_UNIMPLEMENTED": 13,
         }
 
 
