@@ -21,9 +21,7 @@ class ServerProcess:
     """A benchmark server in its own process; it prints its port on the first stdout line."""
 
     def __init__(self, args: Sequence[str]) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, *args], stdout=subprocess.PIPE, text=True
-        )
+        self._proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline().strip()
         if not line.isdigit():

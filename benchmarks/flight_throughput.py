@@ -1,6 +1,6 @@
 """DoGet throughput: flightfeed's grpclib server against pyarrow's C++ Flight server.
 
-One table of 8 × int64/float64 columns (≥ 400 MB) in 64k-row batches is served by both servers,
+One table of eight int64/float64 columns (≥ 400 MB) in 64k-row batches is served by both servers,
 each in its own process. The same pyarrow C++ FlightClient reads it from each, alternating, and
 so does flightfeed's async client from the flightfeed server. Medians of the timed rounds:
 
@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ServerProcess, median, result_line  # noqa: E402
+from _common import ServerProcess, median, result_line
 
 BATCH_ROWS = 65_536
 COLUMNS = 8
@@ -33,9 +33,7 @@ def make_table(megabytes: int) -> pa.Table:
     rng = np.random.default_rng(7)
     columns = {
         f"c{i}": (
-            rng.integers(0, 1 << 40, rows, dtype=np.int64)
-            if i % 2 == 0
-            else rng.random(rows)
+            rng.integers(0, 1 << 40, rows, dtype=np.int64) if i % 2 == 0 else rng.random(rows)
         )
         for i in range(COLUMNS)
     }

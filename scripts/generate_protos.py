@@ -22,7 +22,7 @@ PLUGIN_OPTIONS = "client_generation=async,server_generation=async"
 
 def generate(out: Path) -> None:
     """Run protoc (from grpcio-tools) with the betterproto2 plugin into `out`."""
-    import grpc_tools  # noqa: PLC0415  (dev dependency, imported only here)
+    import grpc_tools
 
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     sources = sorted(str(p.relative_to(PROTOS)) for p in PROTOS.rglob("*.proto"))
@@ -45,8 +45,6 @@ def generate(out: Path) -> None:
         check=True,
         cwd=PROTOS,
     )
-
-
 
 
 def differences(left: Path, right: Path) -> list[str]:

@@ -79,7 +79,7 @@ class _MethodsOrUnimplemented(dict[str, grpclib.const.Handler]):
         _unimplemented, grpclib.const.Cardinality.STREAM_STREAM, RawBytes, RawBytes
     )
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         return super().get(key, self._fallback)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Final
+from typing import Final, TypeAlias
 
 import pyarrow as pa
 
@@ -26,7 +26,7 @@ _I64 = struct.Struct("<q")
 _FIELD_HEADER_TYPE: Final = 1
 _FIELD_BODY_LENGTH: Final = 3
 
-Buffer = bytes | memoryview | pa.Buffer
+Buffer: TypeAlias = "bytes | memoryview | pa.Buffer"
 
 
 class MessageKind(IntEnum):

@@ -9,7 +9,8 @@ from ..errors import InvalidArgument
 
 def schema_to_ipc(schema: pa.Schema) -> bytes:
     """Encapsulated IPC Schema message: continuation, length, flatbuffer."""
-    return schema.serialize().to_pybytes()
+    data: bytes = schema.serialize().to_pybytes()
+    return data
 
 
 def schema_from_ipc(data: bytes) -> pa.Schema:

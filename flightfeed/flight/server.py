@@ -12,7 +12,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import grpclib.const
@@ -310,7 +310,7 @@ class FlightServer:
         await self._grpc.start(self.host, self.port, family=socket.AF_INET)
         server = self._grpc._server
         assert server is not None
-        self.port = server.sockets[0].getsockname()[1]
+        self.port = cast(Any, server).sockets[0].getsockname()[1]
         self._started = True
 
     async def close(self) -> None:

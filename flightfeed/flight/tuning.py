@@ -57,7 +57,7 @@ def patch_h2_frame_repr() -> None:
     """Make DATA-frame repr O(1): h2 evaluates it for a trace log on every received frame."""
     from hyperframe.frame import DataFrame
 
-    DataFrame._body_repr = _cheap_data_repr
+    setattr(DataFrame, "_body_repr", _cheap_data_repr)  # noqa: B010 - patching a method
 
 
 def grpc_config() -> Configuration:
