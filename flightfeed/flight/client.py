@@ -7,10 +7,11 @@ RemoteError with the gRPC status.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlparse
 
 import anyio
@@ -18,6 +19,7 @@ import grpclib.client
 import pyarrow as pa
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.metadata import decode_metadata
 from h2.exceptions import StreamClosedError
 
 from .._generated.arrow.flight.protocol import (
@@ -64,6 +66,71 @@ def command_descriptor(command: bytes) -> FlightDescriptor:
     return FlightDescriptor(type=FlightDescriptorDescriptorType.CMD, cmd=command)
 
 
+def _trailers(stream: Any) -> Any:
+    """Trailing metadata of a failed call, also when grpclib raised before recording it
+    (a reset stream: the status comes from the raw trailers or trailers-only headers)."""
+    recorded = getattr(stream, "trailing_metadata", None)
+    if recorded is not None or stream is None:
+        return recorded
+    raw = stream._stream.trailers or stream._stream.headers
+    return decode_metadata(raw) if raw else None
+
+
+async def cancel_if_unfinished(stream: Any, reader: FlightDataReader) -> None:
+    """After a reader was left before its end: reset the stream so the server stops, instead
+    of waiting for trailers it will not send. (On an exception grpclib resets it itself.)"""
+    if reader.finished:
+        return
+    with anyio.CancelScope(shield=True), suppress(StreamTerminatedError, StreamClosedError):
+        await stream.cancel()  # a dead connection needs no reset
+
+
+def status_error(stream: grpclib.client.Stream[Any, Any], exc: GRPCError) -> FlightfeedError:
+    """The FlightfeedError for a failed call's status, marked as surfaced so the call's
+    exit does not raise it a second time."""
+    stream._flightfeed_status_raised = True  # type: ignore[attr-defined]
+    return from_grpc_error(exc, _trailers(stream))
+
+
+def call_error(stream: Any, exc: BaseException) -> FlightfeedError:
+    """The FlightfeedError for a failed call. A reset stream still reports the status the
+    server sent before resetting (grpclib servers reset after error trailers)."""
+    if isinstance(exc, GRPCError):
+        return status_error(stream, exc)
+    raw = (stream._stream.trailers or stream._stream.headers) if stream is not None else None
+    fields = dict(raw) if raw else {}
+    if fields.get("grpc-status") not in (None, "0"):
+        status, message, details = stream._process_grpc_status(fields)
+        return status_error(stream, GRPCError(status, message, details))
+    return RemoteError(str(exc) or type(exc).__name__, grpc_status=Status.UNAVAILABLE)
+
+
+def status_checker(stream: grpclib.client.Stream[Any, Any]) -> Any:
+    """An end-of-stream hook that raises the call's error status as a FlightfeedError."""
+
+    async def check() -> None:
+        try:
+            await stream.recv_trailing_metadata()
+        except GRPCError as exc:
+            raise status_error(stream, exc) from None
+
+    return check
+
+
+def forget_wakeup_cancel(stream: Any, task: Any, baseline: int) -> None:
+    """Undo grpclib's wake-up cancellation once it has been turned into an error.
+
+    grpclib wakes a call waiting on a stream that was reset by `task.cancel()` and converts
+    the CancelledError into StreamTerminatedError, but leaves the cancel request counted on
+    the task; anyio would later take it for a real cancellation of the caller.
+    """
+    wrapper = getattr(stream, "_wrapper", None)
+    if task is None or wrapper is None or not wrapper.cancelled:
+        return
+    while task.cancelling() > baseline:
+        task.uncancel()
+
+
 class DoGetCall:
     """A DoGet in flight: iterate it for batches, or `async with` it for the reader."""
 
@@ -87,6 +154,7 @@ class DoGetCall:
             self._client.max_message_size,
             before_first_read=stream.recv_initial_metadata,
             guard=stream._wrapper,
+            at_end=status_checker(stream),
         )
         return self._reader
 
@@ -96,12 +164,8 @@ class DoGetCall:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        left_early = exc is None and self._reader is not None and not self._reader.finished
-        if left_early and self._stream is not None:
-            # Reset the stream so the server stops, instead of awaiting its trailers. (On an
-            # exception grpclib resets the stream itself.)
-            with anyio.CancelScope(shield=True), suppress(StreamTerminatedError, StreamClosedError):
-                await self._stream.cancel()  # a dead connection needs no reset
+        if exc is None and self._stream is not None and self._reader is not None:
+            await cancel_if_unfinished(self._stream, self._reader)
         result: bool | None = await self._context.__aexit__(exc_type, exc, tb)
         return result
 
@@ -139,7 +203,7 @@ class FlightClient:
     async def close(self) -> None:
         self._channel.close()
 
-    async def __aenter__(self) -> FlightClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -160,6 +224,8 @@ class FlightClient:
     ) -> AsyncIterator[grpclib.client.Stream[Any, Any]]:
         """A grpclib call whose failures surface as FlightfeedErrors."""
         stream: grpclib.client.Stream[Any, Any] | None = None
+        task = asyncio.current_task()
+        baseline = task.cancelling() if task is not None else 0
         try:
             async with self._channel.request(
                 path + method,
@@ -170,11 +236,11 @@ class FlightClient:
                 metadata=self._merged(metadata),
             ) as stream:
                 yield stream
-        except GRPCError as exc:
-            trailers = getattr(stream, "trailing_metadata", None)
-            raise from_grpc_error(exc, trailers) from None
-        except StreamTerminatedError as exc:
-            raise RemoteError(f"{method}: {exc}", grpc_status=Status.UNAVAILABLE) from None
+        except (GRPCError, StreamTerminatedError) as exc:
+            forget_wakeup_cancel(stream, task, baseline)
+            if getattr(stream, "_flightfeed_status_raised", False):
+                return  # the caller already got this status where it read the stream's end
+            raise call_error(stream, exc) from None
         except (ConnectionError, OSError) as exc:
             raise RemoteError(
                 f"{method}: cannot reach {self.location}: {exc}", grpc_status=Status.UNAVAILABLE

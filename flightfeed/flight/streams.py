@@ -89,8 +89,12 @@ class FlightDataReader:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         before_first_read: Any = None,
         guard: Any = None,
+        at_end: Any = None,
     ) -> None:
         self._stream = stream
+        # Called once at end of stream (client side: read the status, so a failed call raises
+        # at the read that reached the end, not later when the call is closed).
+        self._at_end = at_end
         # grpclib interrupts waits inside a call's wrapper when the connection dies; raw reads
         # must wait inside it too, or a closed channel would leave them waiting forever.
         self._guard = guard
@@ -134,6 +138,9 @@ class FlightDataReader:
             data = await recv_raw(self._stream, self._max)
         if data is None:
             self._done = True
+            if self._at_end is not None:
+                hook, self._at_end = self._at_end, None
+                await hook()
             return None
         view = decode_flight_data(data)
         if self._first:

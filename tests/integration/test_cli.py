@@ -87,9 +87,13 @@ def test_worker_shuts_down_gracefully_on_signal(
         flight.connect(location).list_actions()
 
 
-def test_unknown_rpc_is_unimplemented(worker_process: tuple[subprocess.Popen[str], str]) -> None:
+def test_unimplemented_rpc_and_bad_ticket(
+    worker_process: tuple[subprocess.Popen[str], str],
+) -> None:
     _, location = worker_process
     client = flight.connect(location)
-    with pytest.raises(pa.ArrowNotImplementedError, match="UNIMPLEMENTED"):
+    with pytest.raises(pa.ArrowNotImplementedError, match="GetFlightInfo is not implemented"):
+        client.get_flight_info(flight.FlightDescriptor.for_path("x"))
+    with pytest.raises(pa.ArrowInvalid, match="not a serialized ExecuteTaskRequest"):
         client.do_get(flight.Ticket(b"no such thing")).read_all()
     client.close()

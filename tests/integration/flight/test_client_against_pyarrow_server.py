@@ -79,6 +79,15 @@ async def test_list_flights(pyarrow_server: ReferenceServer) -> None:
         check_info(info, command_descriptor(name + b"|c1"), pyarrow_server.location)
 
 
+async def test_poll_flight_info_unimplemented(pyarrow_server: ReferenceServer) -> None:
+    """pyarrow's Python server cannot implement PollFlightInfo; its C++ base says so."""
+    async with FlightClient(pyarrow_server.location) as client:
+        with pytest.raises(RemoteError) as info:
+            await client.poll_flight_info(command_descriptor(b"q"))
+        assert info.value.grpc_status == Status.UNIMPLEMENTED
+        assert await client.do_action("count", b"1") == [b"0"]
+
+
 async def test_get_schema(pyarrow_server: ReferenceServer) -> None:
     async with FlightClient(pyarrow_server.location) as client:
         schema = await client.get_schema(path_descriptor("anything"))

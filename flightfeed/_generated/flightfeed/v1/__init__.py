@@ -51,6 +51,7 @@ __all__ = (
     "OutputBatches",
     "OutputBytes",
     "OutputRows",
+    "PackedWorkUnits",
     "PartitionCredit",
     "Partitioning",
     "PercentileLatency",
@@ -71,6 +72,7 @@ __all__ = (
     "UnionNode",
     "WorkUnit",
     "WorkUnitBatch",
+    "WorkUnitFeedProto",
     "WorkerServiceBase",
     "WorkerServiceStub",
     "WorkerToCoordinatorMsg",
@@ -947,12 +949,59 @@ default_message_pool.register_message("flightfeed.v1", "OutputRows", OutputRows)
 
 
 @dataclass(eq=False, repr=False)
+class PackedWorkUnits(betterproto2.Message):
+    """
+    Extension: work units as little-endian fixed-width arrays plus concatenated bodies.
+    Units come in runs: consecutive units of one (feed, partition), in send order.
+    """
+
+    feed_ids: "list[bytes]" = betterproto2.field(1, betterproto2.TYPE_BYTES, repeated=True)
+    """
+    Feed handles (UUID bytes) referenced by index from `runs`.
+    """
+
+    runs: "bytes" = betterproto2.field(2, betterproto2.TYPE_BYTES)
+    """
+    Per run, three uint32: index into feed_ids, partition, number of units (> 0).
+    """
+
+    created_timestamp_unix_nanos: "bytes" = betterproto2.field(3, betterproto2.TYPE_BYTES)
+    """
+    Per unit, uint64: WorkUnit.created_timestamp_unix_nanos.
+    """
+
+    body_ends: "bytes" = betterproto2.field(4, betterproto2.TYPE_BYTES)
+    """
+    Per unit, uint32: end offset of the unit's body in `bodies` (its start is the previous end).
+    """
+
+    bodies: "bytes" = betterproto2.field(5, betterproto2.TYPE_BYTES)
+    """
+    The user's work-unit messages, encoded and concatenated.
+    """
+
+    sent_timestamp_unix_nanos: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+    """
+    WorkUnit.sent_timestamp_unix_nanos, shared by every unit of the batch.
+    """
+
+
+default_message_pool.register_message("flightfeed.v1", "PackedWorkUnits", PackedWorkUnits)
+
+
+@dataclass(eq=False, repr=False)
 class PartitionCredit(betterproto2.Message):
     id: "bytes" = betterproto2.field(1, betterproto2.TYPE_BYTES)
 
     partition: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
 
     credits: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+
+    finished: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+    """
+    Extension: the worker is done with this partition (its consumer read the end or stopped).
+    The coordinator stops the partition's provider and drops its delivery log.
+    """
 
 
 default_message_pool.register_message("flightfeed.v1", "PartitionCredit", PartitionCredit)
@@ -1259,6 +1308,9 @@ default_message_pool.register_message("flightfeed.v1", "WorkUnit", WorkUnit)
 @dataclass(eq=False, repr=False)
 class WorkUnitBatch(betterproto2.Message):
     batch: "list[WorkUnit]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Reference form: one message per unit. flightfeed sends `packed` instead and reads both.
+    """
 
     ends: "list[FeedPartitionEnd]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
     """
@@ -1272,8 +1324,32 @@ class WorkUnitBatch(betterproto2.Message):
     Extension: partitions whose provider failed (after the units above).
     """
 
+    packed: "PackedWorkUnits | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    Extension: the batch's units in columnar form (after `batch`, before ends and errors).
+    Per-unit messages cost microseconds each to build and parse in Python; these arrays are
+    encoded and decoded in one C call per column.
+    """
+
 
 default_message_pool.register_message("flightfeed.v1", "WorkUnitBatch", WorkUnitBatch)
+
+
+@dataclass(eq=False, repr=False)
+class WorkUnitFeedProto(betterproto2.Message):
+    """
+    Extension: the proto form of a WorkUnitFeed handle, for user codecs to embed in node payloads.
+    """
+
+    id: "bytes" = betterproto2.field(1, betterproto2.TYPE_BYTES)
+    """
+    16 UUID bytes; the SetPlanRequest declares the same id in work_unit_feed_declarations.
+    """
+
+
+default_message_pool.register_message("flightfeed.v1", "WorkUnitFeedProto", WorkUnitFeedProto)
 
 
 class WorkerServiceStub(betterproto2_grpclib.ServiceStub):

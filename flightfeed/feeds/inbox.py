@@ -1,0 +1,470 @@
+"""Worker side of work-unit feeds: per-partition buffers filled by the channel, under credits.
+
+One `FeedInbox` per task, built from the SetPlanRequest's feed declarations. The channel loop
+calls `deliver` for every WorkUnitBatch (synchronous, never blocks) and forwards
+`credit_grants` to the coordinator as FeedCredits; plan nodes read their partitions through
+`units`/`bodies`/`decoded` (usually via `WorkUnitFeed.feed`).
+
+Flow control: each (feed, partition) starts with a window of `credits` units granted to the
+coordinator. A consumer taking units frees window space, granted back in batches once half the
+window is free. So at any moment buffered + in flight + not yet granted == credits, and a
+partition nobody reads holds at most `credits` units while the others run at full speed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple, TypeVar, cast
+
+import anyio
+
+from .._generated.flightfeed.v1 import (
+    FeedCredits,
+    Label,
+    Metric,
+    NamedCount,
+    PartitionCredit,
+    PercentileLatency,
+    SetPlanRequestWorkUnitFeedDeclaration,
+    WorkUnitBatch,
+)
+from ..errors import FeedError, FlightfeedError, InvalidArgument
+from ..flight.status import from_detail
+from .codec import DecodedRun, decode_batch
+from .latency import LatencyHistogram, Percentiles
+
+T = TypeVar("T")
+
+DEFAULT_CREDITS: Final = 64
+MAX_DECLARED_PARTITIONS: Final = 1 << 16
+"""Upper bound on the partitions one task may declare: each gets a buffer and a grant."""
+
+
+class ReceivedUnit(NamedTuple):
+    """One work unit as a consumer takes it: its encoded body and its four timestamps."""
+
+    body: bytes
+    created_ns: int
+    sent_ns: int
+    received_ns: int
+    processed_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFeedMetrics:
+    """What one (feed, partition) received and consumed, and how long units took to get there."""
+
+    received: int
+    consumed: int
+    buffered: int
+    created_to_received: Percentiles
+    created_to_processed: Percentiles
+
+
+class _Slot:
+    """State of one declared (feed, partition)."""
+
+    __slots__ = (
+        "available",
+        "buffered",
+        "claimed",
+        "consumed",
+        "ended",
+        "error",
+        "feed_id",
+        "finished",
+        "partition",
+        "pending_grant",
+        "processed_latency",
+        "received",
+        "received_latency",
+        "runs",
+        "waiter",
+    )
+
+    def __init__(self, feed_id: bytes, partition: int, credits: int) -> None:
+        self.feed_id = feed_id
+        self.partition = partition
+        self.runs: deque[tuple[DecodedRun, int]] = deque()
+        self.buffered = 0
+        self.available = credits  # credit the coordinator holds (granted, not yet used)
+        self.pending_grant = 0  # taken by the consumer, not yet granted back
+        self.received = 0
+        self.consumed = 0
+        self.ended = False
+        self.error: FeedError | None = None
+        self.claimed = False
+        self.finished = False  # the consumer is gone: read the end, failed or stopped early
+        self.waiter: anyio.Event | None = None
+        self.received_latency = LatencyHistogram()
+        self.processed_latency = LatencyHistogram()
+
+    def wake(self) -> None:
+        if self.waiter is not None:
+            self.waiter.set()
+            self.waiter = None
+
+    def __repr__(self) -> str:
+        return f"feed {self.feed_id.hex()} partition {self.partition}"
+
+
+class CreditGrants:
+    """The inbox's outgoing credits, coalesced per partition: at most one entry each.
+
+    `async for credits in inbox.credit_grants` yields FeedCredits messages ready to send; it
+    ends once every partition has finished and its last grant was taken, or the inbox failed
+    or closed. Coalescing (instead of a queue of single grants) bounds the memory by the
+    partition count and never blocks a consumer on a slow channel.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[_Slot, PartitionCredit] = {}
+        self._waiter: anyio.Event | None = None
+        self._closed = False
+
+    def _add(self, slot: _Slot, credits: int, *, finished: bool = False) -> None:
+        if self._closed:
+            return
+        entry = self._pending.get(slot)
+        if entry is None:
+            self._pending[slot] = PartitionCredit(
+                id=slot.feed_id, partition=slot.partition, credits=credits, finished=finished
+            )
+        else:
+            entry.credits += credits
+            entry.finished = entry.finished or finished
+        self._notify()
+
+    def _close(self, *, drop: bool) -> None:
+        self._closed = True
+        if drop:
+            self._pending.clear()
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    def pending(self) -> int:
+        """Partitions with a grant waiting to be sent."""
+        return len(self._pending)
+
+    def take_nowait(self) -> FeedCredits | None:
+        """The grants waiting now, or None."""
+        if not self._pending:
+            return None
+        credits, self._pending = list(self._pending.values()), {}
+        return FeedCredits(credits=credits)
+
+    async def receive(self) -> FeedCredits:
+        """The next grants to send; anyio.EndOfStream when no more can come."""
+        while True:
+            taken = self.take_nowait()
+            if taken is not None:
+                await anyio.lowlevel.checkpoint()
+                return taken
+            if self._closed:
+                raise anyio.EndOfStream
+            self._waiter = anyio.Event()
+            await self._waiter.wait()
+
+    def __aiter__(self) -> CreditGrants:
+        return self
+
+    async def __anext__(self) -> FeedCredits:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+
+class FeedInbox:
+    """Units the coordinator streams to one task, buffered per (feed, partition)."""
+
+    def __init__(
+        self, declarations: Iterable[tuple[bytes, int]], *, credits: int = DEFAULT_CREDITS
+    ) -> None:
+        if credits < 1:
+            raise InvalidArgument(f"feed credits must be at least 1, got {credits}")
+        self.credits = credits
+        self._threshold = max(1, credits // 2)
+        self._slots: dict[tuple[bytes, int], _Slot] = {}
+        self._open = 0  # slots whose consumer has not finished
+        self._failure: FeedError | None = None
+        self.credit_grants = CreditGrants()
+        total = 0
+        for feed_id, partitions in declarations:
+            if not feed_id or partitions < 0:
+                raise InvalidArgument(f"invalid feed declaration {feed_id.hex()}:{partitions}")
+            if any(key[0] == feed_id for key in self._slots):
+                raise InvalidArgument(f"feed {feed_id.hex()} declared twice")
+            total += partitions
+            if total > MAX_DECLARED_PARTITIONS:
+                raise InvalidArgument(
+                    f"feeds declare more than {MAX_DECLARED_PARTITIONS} partitions in one task"
+                )
+            for partition in range(partitions):
+                slot = self._slots[(feed_id, partition)] = _Slot(feed_id, partition, credits)
+                self.credit_grants._add(slot, credits)
+        self._open = len(self._slots)
+        if not self._slots:
+            self.credit_grants._close(drop=False)
+
+    @classmethod
+    def from_declarations(
+        cls,
+        declarations: Sequence[SetPlanRequestWorkUnitFeedDeclaration],
+        *,
+        credits: int = DEFAULT_CREDITS,
+    ) -> FeedInbox:
+        """The inbox for a SetPlanRequest's `work_unit_feed_declarations`."""
+        return cls([(d.id, d.partitions) for d in declarations], credits=credits)
+
+    # -- channel side ------------------------------------------------------------------------
+
+    def deliver(self, batch: WorkUnitBatch, received_ns: int | None = None) -> None:
+        """Route a batch to its partitions. Never blocks.
+
+        A malformed batch, units or ends for undeclared or ended partitions, and units beyond
+        the granted credit are protocol violations: FeedError, and the inbox fails with it.
+        """
+        if self._failure is not None:
+            raise self._failure
+        try:
+            self._deliver(batch, time.time_ns() if received_ns is None else received_ns)
+        except FeedError as error:
+            self.fail(error)
+            raise
+
+    def _deliver(self, batch: WorkUnitBatch, received_ns: int) -> None:
+        decoded = decode_batch(batch)
+        # Decide first (validate the whole batch), then change state.
+        runs = [(self._slot_for(run.feed_id, run.partition), run) for run in decoded.runs]
+        counts: dict[_Slot, int] = {}
+        for slot, run in runs:
+            counts[slot] = counts.get(slot, 0) + len(run)
+        for slot, n in counts.items():
+            if slot.ended or slot.error is not None:
+                raise FeedError(f"protocol violation: units for {slot} after its end")
+            if n > slot.available:
+                raise FeedError(
+                    f"protocol violation: {n} units for {slot} with only {slot.available} credits"
+                )
+        closing: dict[_Slot, FeedError | None] = {}
+        marks: list[tuple[bytes, int, FeedError | None]]
+        marks = [(end.id, end.partition, None) for end in decoded.ends]
+        marks += [(e.id, e.partition, _feed_error(e.error)) for e in decoded.errors]
+        for feed_id, partition, err in marks:
+            slot = self._slot_for(feed_id, partition)
+            if slot.ended or slot.error is not None or slot in closing:
+                raise FeedError(f"protocol violation: {slot} ended twice")
+            closing[slot] = err
+        for slot, run in runs:
+            n = len(run)
+            slot.available -= n
+            slot.received += n
+            slot.received_latency.add_since(run.created_ns, received_ns)
+            if not slot.finished:
+                slot.runs.append((run, received_ns))
+                slot.buffered += n
+            slot.wake()
+        for slot, err in closing.items():
+            if err is None:
+                slot.ended = True
+            else:
+                slot.error = err
+            slot.wake()
+
+    def _slot_for(self, feed_id: bytes, partition: int) -> _Slot:
+        slot = self._slots.get((feed_id, partition))
+        if slot is None:
+            raise FeedError(
+                f"protocol violation: feed {feed_id.hex()} partition {partition} was not declared"
+            )
+        return slot
+
+    def fail(self, error: BaseException) -> None:
+        """The channel died (or broke the protocol): every consumer fails with a FeedError."""
+        if self._failure is not None:
+            return
+        if isinstance(error, FeedError):
+            failure = error
+        else:
+            message = error.message if isinstance(error, FlightfeedError) else str(error)
+            failure = FeedError(f"work-unit feed channel failed: {message or type(error).__name__}")
+            failure.__cause__ = error
+        self._failure = failure
+        self.credit_grants._close(drop=True)
+        for slot in self._slots.values():
+            slot.runs.clear()
+            slot.buffered = 0
+            slot.wake()
+
+    def close(self) -> None:
+        """No more grants will be sent (the task is over); consumers still drain their buffers."""
+        self.credit_grants._close(drop=True)
+
+    # -- consumer side -----------------------------------------------------------------------
+
+    def units(self, feed_id: bytes, partition: int) -> AsyncIterator[ReceivedUnit]:
+        """The units of one partition with their timestamps; FeedError on a feed error."""
+        slot = self._claim(feed_id, partition)
+        return cast(AsyncIterator[ReceivedUnit], self._iterate(slot, full=True))
+
+    def bodies(self, feed_id: bytes, partition: int) -> AsyncIterator[bytes]:
+        """The encoded bodies of one partition's units: the fastest way to read."""
+        return cast(AsyncIterator[bytes], self._iterate(self._claim(feed_id, partition)))
+
+    def decoded(
+        self, feed_id: bytes, partition: int, decode: Callable[[bytes], T]
+    ) -> AsyncIterator[T]:
+        """One partition's units, each body passed through `decode` as it is taken."""
+        slot = self._claim(feed_id, partition)
+        return cast(AsyncIterator[T], self._iterate(slot, decode=decode))
+
+    def _claim(self, feed_id: bytes, partition: int) -> _Slot:
+        """One consumer per partition: units are taken, so a second reader would miss some."""
+        slot = self._slots.get((feed_id, partition))
+        if slot is None:
+            raise FeedError(f"feed {feed_id.hex()} partition {partition} is not declared here")
+        if slot.claimed:
+            raise FeedError(f"{slot} already has a consumer")
+        if self._failure is not None:
+            raise self._failure
+        slot.claimed = True
+        return slot
+
+    async def _iterate(
+        self, slot: _Slot, *, full: bool = False, decode: Callable[[bytes], Any] | None = None
+    ) -> AsyncIterator[Any]:
+        """The hot loop of a consumer: a few list lookups and counters per unit."""
+        time_ns = time.time_ns
+        threshold = self._threshold
+        processed = slot.processed_latency
+        add_latency = processed.appender
+        try:
+            while True:
+                if not slot.runs:
+                    if not await self._wait(slot):
+                        return
+                    continue
+                processed.settle()
+                run, received_ns = slot.runs.popleft()
+                bodies, ends, created, sent_ns = run.bodies, run.ends, run.created_ns, run.sent_ns
+                begin = 0
+                for i in range(len(ends)):
+                    if self._failure is not None:
+                        raise self._failure
+                    end = ends[i]
+                    body = bodies[begin:end]
+                    begin = end
+                    now = time_ns()
+                    add_latency(now - created[i])
+                    slot.buffered -= 1
+                    slot.consumed += 1
+                    slot.pending_grant += 1
+                    if slot.pending_grant >= threshold:
+                        self._grant(slot)
+                    if full:
+                        yield ReceivedUnit(body, created[i], sent_ns, received_ns, now)
+                    elif decode is not None:
+                        yield decode(body)
+                    else:
+                        yield body
+        finally:
+            self._finish(slot)
+
+    async def _wait(self, slot: _Slot) -> bool:
+        """Wait for units; False at the end of the partition, FeedError on a failure."""
+        while not slot.runs:
+            if self._failure is not None:
+                raise self._failure
+            if slot.error is not None:
+                raise slot.error
+            if slot.ended:
+                return False
+            slot.waiter = anyio.Event()
+            await slot.waiter.wait()
+        return True
+
+    def _grant(self, slot: _Slot) -> None:
+        slot.available += slot.pending_grant
+        self.credit_grants._add(slot, slot.pending_grant)
+        slot.pending_grant = 0
+
+    def _finish(self, slot: _Slot) -> None:
+        """The consumer is gone: free its buffer and tell the coordinator to stop the provider."""
+        if slot.finished:
+            return
+        slot.finished = True
+        slot.runs.clear()
+        slot.buffered = 0
+        self._open -= 1
+        if self._failure is None:
+            self.credit_grants._add(slot, 0, finished=True)
+            if self._open == 0:
+                self.credit_grants._close(drop=False)
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    @property
+    def buffered_units(self) -> int:
+        """Units received, not yet taken, over all partitions (never above credits * partitions)."""
+        return sum(slot.buffered for slot in self._slots.values())
+
+    def partition_metrics(self, feed_id: bytes, partition: int) -> PartitionFeedMetrics:
+        slot = self._slots.get((feed_id, partition))
+        if slot is None:
+            raise FeedError(f"feed {feed_id.hex()} partition {partition} is not declared here")
+        return PartitionFeedMetrics(
+            received=slot.received,
+            consumed=slot.consumed,
+            buffered=slot.buffered,
+            created_to_received=slot.received_latency.percentiles(),
+            created_to_processed=slot.processed_latency.percentiles(),
+        )
+
+    def metrics(self) -> dict[tuple[bytes, int], PartitionFeedMetrics]:
+        """Per (feed id, partition): counts and latency percentiles."""
+        return {key: self.partition_metrics(*key) for key in self._slots}
+
+    def to_metrics(self) -> list[Metric]:
+        """The feed metrics as TaskMetrics entries, labelled with the feed id per partition.
+
+        Counts are NamedCounts; each latency is a PercentileLatency sketch (sorted samples at
+        101 quantiles) under custom_p50/p95/p99_latency, so readers get any percentile.
+        """
+        out: list[Metric] = []
+        for (feed_id, partition), slot in self._slots.items():
+            where: dict[str, Any] = {
+                "labels": [Label(name="feed", value=feed_id.hex())],
+                "partition": partition,
+            }
+            for name, value in (
+                ("feed_units_received", slot.received),
+                ("feed_units_consumed", slot.consumed),
+            ):
+                out.append(Metric(count=NamedCount(name=name, value=value), **where))
+            for name, hist in (
+                ("feed_created_to_received", slot.received_latency),
+                ("feed_created_to_processed", slot.processed_latency),
+            ):
+                sketch = PercentileLatency(name=name, sketch_bytes=hist.sketch())
+                out.append(Metric(custom_p50_latency=sketch, **where))
+                out.append(Metric(custom_p95_latency=sketch, **where))
+                out.append(Metric(custom_p99_latency=sketch, **where))
+        return out
+
+
+def _feed_error(detail: Any) -> FeedError:
+    """A provider's error as its consumer sees it: a FeedError, message and origin kept."""
+    if detail is None:
+        return FeedError("work-unit feed provider failed (no detail)")
+    original = from_detail(detail)
+    if isinstance(original, FeedError):
+        return original
+    return FeedError(original.message, origin=original.origin, error_type=original.error_type)

@@ -1,0 +1,63 @@
+"""What a user implements to discover work at runtime: one async stream of units per partition.
+
+Providers run only on the coordinator. A unit is any betterproto2 message (`unit_type`); a
+provider may also yield the already-encoded `bytes` of one, which skips encoding on the hot path.
+A `unit_type` of `bytes` means units are opaque bytes end to end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+import betterproto2
+
+if TYPE_CHECKING:
+    from ..plan.base import TaskContext
+
+U = TypeVar("U")
+U_co = TypeVar("U_co", covariant=True)
+
+
+class WorkUnitFeedProvider(Protocol[U_co]):
+    """Produces the work units of each partition, on the coordinator only.
+
+    `feed` is called once per partition and runs in its own pull loop, so a slow partition never
+    delays another. An optional `metrics() -> Mapping[str, int]` is surfaced on the coordinator.
+    """
+
+    @property
+    def unit_type(self) -> type[U_co]:
+        """The betterproto2 message class of a unit (or `bytes`)."""
+        ...
+
+    def feed(self, partition: int, ctx: TaskContext, /) -> AsyncIterator[U_co | bytes]:
+        """The units of `partition` (the feed's global partition index), in order."""
+        ...
+
+
+def provider_metrics(provider: WorkUnitFeedProvider[Any]) -> Mapping[str, int]:
+    """The provider's optional metrics, or an empty mapping."""
+    metrics = getattr(provider, "metrics", None)
+    return cast(Mapping[str, int], metrics()) if callable(metrics) else {}
+
+
+def encode_unit(unit: object) -> bytes:
+    """The wire body of a unit: pre-encoded bytes as they are, a message serialized."""
+    if isinstance(unit, bytes):
+        return unit
+    if isinstance(unit, betterproto2.Message):
+        return bytes(unit)
+    if isinstance(unit, bytearray | memoryview):
+        return bytes(unit)
+    raise TypeError(f"a work unit must be a betterproto2 message or bytes, got {type(unit)!r}")
+
+
+def unit_decoder(unit_type: type[U]) -> Callable[[bytes], U] | None:
+    """How a consumer turns a body back into a unit; None when units are plain bytes."""
+    if unit_type is bytes:
+        return None
+    if not (isinstance(unit_type, type) and issubclass(unit_type, betterproto2.Message)):
+        raise TypeError(f"unit_type must be a betterproto2 message class or bytes: {unit_type!r}")
+    parse = cast(Callable[[bytes], U], unit_type.parse)
+    return parse

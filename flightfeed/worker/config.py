@@ -1,0 +1,31 @@
+"""Worker settings: the bounds that keep a worker's memory and state finite."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Limits and timeouts of a worker.
+
+    plan_wait_timeout: how long an ExecuteTask waits for its task's SetPlan.
+    idle_ttl: a task with a plan but no consumer activity for this long is dropped.
+    tombstone_ttl: how long a finished task's key answers "already finished".
+    consumer_buffer_batches: per-consumer buffer of a fanned-out (repartition/broadcast) task.
+    max_concurrent_tasks: SetPlans beyond this are refused with RESOURCE_EXHAUSTED.
+    """
+
+    plan_wait_timeout: float = 10.0
+    idle_ttl: float = 300.0
+    tombstone_ttl: float = 600.0
+    max_tombstones: int = 100_000
+    consumer_buffer_batches: int = 4
+    max_concurrent_tasks: int = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"WorkerConfig.{name} must be positive")
+        if self.consumer_buffer_batches < 1 or self.max_concurrent_tasks < 1:
+            raise ValueError("WorkerConfig buffers and limits must be at least 1")

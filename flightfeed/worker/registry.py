@@ -1,0 +1,121 @@
+"""Tasks by key: plan arrival, waiting for a plan, tombstones and the idle TTL.
+
+An ExecuteTask may arrive before its SetPlan; it waits on an event for a bounded time. A task
+that ended leaves a tombstone for a while, so late requests learn what happened to it instead
+of waiting in vain.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+import anyio
+
+from ..errors import NotFound, ResourceExhausted
+from .config import WorkerConfig
+from .keys import TaskId
+from .task import Task
+
+
+class TaskRegistry:
+    """Owns the live tasks of a worker. Single event loop; no locks needed."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self._tasks: dict[TaskId, Task] = {}
+        self._waiters: dict[TaskId, anyio.Event] = {}
+        self._tombstones: OrderedDict[TaskId, tuple[str, float]] = OrderedDict()
+        self._changed = anyio.Event()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __contains__(self, key: TaskId) -> bool:
+        return key in self._tasks
+
+    def keys(self) -> list[TaskId]:
+        return list(self._tasks)
+
+    async def changed(self) -> None:
+        """Wait until a task is added or removed."""
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def check_capacity(self, key: TaskId) -> None:
+        if key in self._tasks:
+            raise ResourceExhausted(f"task {key} already has a plan on this worker")
+        if len(self._tasks) >= self.config.max_concurrent_tasks:
+            raise ResourceExhausted(
+                f"worker runs {len(self._tasks)} tasks, the limit is "
+                f"{self.config.max_concurrent_tasks}"
+            )
+
+    def add(self, task: Task) -> None:
+        self.check_capacity(task.key)
+        self._tasks[task.key] = task
+        self._tombstones.pop(task.key, None)
+        waiter = self._waiters.pop(task.key, None)
+        if waiter is not None:
+            waiter.set()
+        self._notify()
+
+    def remove(self, task: Task, outcome: str) -> None:
+        if self._tasks.get(task.key) is task:
+            del self._tasks[task.key]
+            self._tombstones[task.key] = (outcome, time.monotonic() + self.config.tombstone_ttl)
+            while len(self._tombstones) > self.config.max_tombstones:
+                self._tombstones.popitem(last=False)
+            self._notify()
+
+    def _tombstone(self, key: TaskId) -> str | None:
+        entry = self._tombstones.get(key)
+        if entry is None:
+            return None
+        outcome, expires = entry
+        if time.monotonic() > expires:
+            del self._tombstones[key]
+            return None
+        return outcome
+
+    async def wait_for(self, key: TaskId) -> Task:
+        """The task, once its plan has arrived; NotFound after the plan wait timeout."""
+        task = self._tasks.get(key)
+        if task is not None:
+            return task
+        outcome = self._tombstone(key)
+        if outcome is not None:
+            raise NotFound(f"task {key} is no longer on this worker: {outcome}")
+        waiter = self._waiters.setdefault(key, anyio.Event())
+        with anyio.move_on_after(self.config.plan_wait_timeout):
+            await waiter.wait()
+        task = self._tasks.get(key)
+        if task is not None:
+            return task
+        if not waiter.is_set() and self._waiters.get(key) is waiter:
+            del self._waiters[key]
+        raise NotFound(
+            f"no plan for task {key} arrived within {self.config.plan_wait_timeout:g}s "
+            "(unknown task, or its SetPlan never came)"
+        )
+
+    async def reap_idle(self) -> None:
+        """Cancel tasks nobody consumed for `idle_ttl`. Runs for the worker's lifetime."""
+        ttl = self.config.idle_ttl
+        while True:
+            now = time.monotonic()
+            next_check = ttl
+            for task in list(self._tasks.values()):
+                if task.active_consumers:
+                    continue
+                idle = now - task.last_activity
+                if idle >= ttl:
+                    task.cancel(f"no consumer activity for {ttl:g}s (idle TTL)")
+                else:
+                    next_check = min(next_check, ttl - idle)
+            changed = self._changed
+            with anyio.move_on_after(next_check):
+                await changed.wait()

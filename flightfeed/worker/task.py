@@ -1,0 +1,154 @@
+"""One task on a worker: its plan, session, outputs, consumers and lifecycle.
+
+A task exists from its SetPlan until every output partition has been read or dropped, or it is
+cancelled (CancelTask, its coordinator channel closed, the idle TTL). State changes happen in
+plain methods; the RPC handlers do the awaiting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+from anyio.abc import TaskGroup
+
+from .._generated.flightfeed.v1 import ExecuteTaskRequest, Metric, MetricsSet, NamedTime
+from ..errors import Cancelled, ErrorOrigin, FlightfeedError, InvalidArgument
+from ..plan.base import ExecutionPlan, TaskContext
+from ..plan.metrics import MetricsRegistry, instrument
+from ..session import Session
+from .heads import Outputs, build_outputs
+from .keys import TaskId
+
+
+class Task:
+    """Runtime state of one task."""
+
+    def __init__(
+        self,
+        key: TaskId,
+        plan: ExecutionPlan,
+        session: Session,
+        background: TaskGroup,
+        *,
+        worker_url: str,
+        task_count: int,
+        query_start_ns: int,
+        consumer_buffer: int,
+    ) -> None:
+        self.key = key
+        self.session = session
+        self.worker_url = worker_url
+        self.metrics = MetricsRegistry()
+        self.plan = instrument(plan, self.metrics)
+        self.ctx = TaskContext(
+            session=session,
+            task_number=key.task_number,
+            task_count=max(task_count, 1),
+            metrics=self.metrics,
+            background=background,
+        )
+        self.plan_arrived_ns = time.time_ns()
+        self.query_start_ns = query_start_ns
+        self._background = background
+        self._consumer_buffer = consumer_buffer
+        self.outputs: Outputs | None = None
+        self._claimed: set[int] = set()
+        self._finished_outputs: set[int] = set()
+        self._consumer_scopes: set[anyio.CancelScope] = set()
+        self.last_activity = time.monotonic()
+        self.done = anyio.Event()
+        self.cancel_reason: str | None = None
+
+    @property
+    def origin(self) -> ErrorOrigin:
+        return self.key.origin(self.worker_url)
+
+    @property
+    def active_consumers(self) -> int:
+        return len(self._consumer_scopes)
+
+    def with_origin(self, error: FlightfeedError) -> FlightfeedError:
+        if error.origin is None:
+            error.origin = self.origin
+        return error
+
+    # --- decisions (no awaiting) ---------------------------------------------------------
+
+    def claim(self, request: ExecuteTaskRequest) -> tuple[Outputs, range]:
+        """Validate a consumer's request and reserve its partitions."""
+        if self.cancel_reason is not None:
+            raise Cancelled(f"task {self.key} was cancelled: {self.cancel_reason}")
+        if self.outputs is None:
+            self.outputs = build_outputs(
+                request, self.plan, self.ctx, self._background, self._consumer_buffer
+            )
+        head = _head_name(request)
+        if head != self.outputs.head:
+            raise InvalidArgument(
+                f"task {self.key} is read with a {self.outputs.head} head; "
+                f"this request asks for {head}"
+            )
+        start, end = request.target_partition_start, request.target_partition_end
+        if not start < end <= self.outputs.partitions:
+            raise InvalidArgument(
+                f"partition range [{start}, {end}) is out of bounds for task {self.key} "
+                f"with {self.outputs.partitions} output partitions"
+            )
+        taken = self._claimed.intersection(range(start, end))
+        if taken:
+            raise InvalidArgument(
+                f"partitions {sorted(taken)} of task {self.key} were already requested"
+            )
+        self._claimed.update(range(start, end))
+        self.last_activity = time.monotonic()
+        return self.outputs, range(start, end)
+
+    def release(self, partitions: range) -> None:
+        """The consumer of these partitions is gone (finished, failed or disconnected)."""
+        self._finished_outputs.update(partitions)
+        self.last_activity = time.monotonic()
+        if self.outputs is not None and len(self._finished_outputs) >= self.outputs.partitions:
+            self.done.set()
+
+    def cancel(self, reason: str) -> None:
+        """Stop everything this task runs; consumers fail with Cancelled."""
+        if self.cancel_reason is not None or self.done.is_set():
+            return
+        self.cancel_reason = reason
+        for scope in self._consumer_scopes:
+            scope.cancel()
+        self.done.set()
+
+    @contextmanager
+    def consumer(self) -> Iterator[anyio.CancelScope]:
+        """Register a consumer so cancellation reaches it."""
+        scope = anyio.CancelScope()
+        self._consumer_scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._consumer_scopes.discard(scope)
+            self.last_activity = time.monotonic()
+
+    def task_metrics(self) -> MetricsSet:
+        """Task-wide metrics: when the plan arrived, relative to the query's start."""
+        arrived_after = max(0, self.plan_arrived_ns - self.query_start_ns)
+        if not self.query_start_ns:
+            arrived_after = 0
+        return MetricsSet(
+            metrics=[
+                Metric(time=NamedTime(name="plan_arrival_after_query_start", value=arrived_after))
+            ]
+        )
+
+
+def _head_name(request: ExecuteTaskRequest) -> str:
+    if request.repartition is not None:
+        return "repartition"
+    if request.broadcast is not None:
+        return "broadcast"
+    return "none"

@@ -1,0 +1,165 @@
+"""A dispatcher wired to an inbox through an in-memory channel, as CoordinatorChannel will be.
+
+Batches go one way and credits the other, both through bounded memory streams and both as
+serialized CoordinatorToWorkerMsg / WorkerToCoordinatorMsg bytes, so the wire form is exercised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from flightfeed._generated.flightfeed.v1 import (
+    CoordinatorToWorkerMsg,
+    WorkerToCoordinatorMsg,
+    WorkUnitBatch,
+)
+from flightfeed.feeds import FeedAssignment, FeedDispatcher, FeedInbox
+from flightfeed.plan import BUILTINS, TaskContext
+
+
+def task_context() -> TaskContext:
+    return TaskContext(session=BUILTINS)
+
+
+@dataclass
+class ListProvider:
+    """Partition p yields `units[p]` (bytes or messages); counts every unit handed out."""
+
+    units: list[list[Any]]
+    unit_type: type[Any] = bytes
+    pulls: list[int] = field(default_factory=list)
+    closed: list[int] = field(default_factory=list)
+    fail_at: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pulls = [0] * len(self.units)
+
+    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[Any]:
+        try:
+            for i, unit in enumerate(self.units[partition]):
+                failure = self.fail_at.get(partition)
+                if failure is not None and failure[0] == i:
+                    raise RuntimeError(failure[1])
+                self.pulls[partition] += 1
+                yield unit
+            failure = self.fail_at.get(partition)
+            if failure is not None and failure[0] >= len(self.units[partition]):
+                raise RuntimeError(failure[1])
+        finally:
+            self.closed.append(partition)
+
+    def metrics(self) -> dict[str, int]:
+        return {"pulls": sum(self.pulls)}
+
+
+@dataclass
+class CountingProvider:
+    """Partition p yields `counts[p]` units b"<p>:<i>", generated lazily (for huge feeds)."""
+
+    counts: list[int]
+    unit_type: type[bytes] = bytes
+    pulls: list[int] = field(default_factory=list)
+    closed: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pulls = [0] * len(self.counts)
+
+    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[bytes]:
+        prefix = f"{partition}:".encode()
+        try:
+            for i in range(self.counts[partition]):
+                self.pulls[partition] += 1
+                yield prefix + str(i).encode()
+        finally:
+            self.closed.append(partition)
+
+
+@dataclass
+class Link:
+    dispatcher: FeedDispatcher
+    inbox: FeedInbox
+    tg: TaskGroup
+    batches: list[int] = field(default_factory=list)
+    """Units per delivered batch."""
+    observe: Callable[[FeedInbox], None] | None = None
+    _waiters: list[tuple[Callable[[], bool], anyio.Event]] = field(default_factory=list)
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until `predicate()` holds; re-checked after every delivery and every grant."""
+        if predicate():
+            return
+        event = anyio.Event()
+        self._waiters.append((predicate, event))
+        await event.wait()
+
+    def check(self) -> None:
+        for waiter in list(self._waiters):
+            if waiter[0]():
+                waiter[1].set()
+                self._waiters.remove(waiter)
+
+
+@asynccontextmanager
+async def feed_link(
+    feeds: Mapping[bytes, FeedAssignment],
+    *,
+    credits: int = 64,
+    channel_buffer: int = 2,
+    observe: Callable[[FeedInbox], None] | None = None,
+    **dispatcher_options: Any,
+) -> AsyncIterator[Link]:
+    """Run dispatcher and inbox joined by bounded in-memory streams; cancel all on exit.
+
+    `observe(inbox)` runs after every delivery (for invariants such as bounded buffers).
+    """
+    inbox = FeedInbox([(fid, len(a.partitions)) for fid, a in feeds.items()], credits=credits)
+    to_worker_send, to_worker_recv = anyio.create_memory_object_stream[bytes](channel_buffer)
+    to_coord_send, to_coord_recv = anyio.create_memory_object_stream[bytes](channel_buffer)
+
+    async def send(batch: WorkUnitBatch) -> None:
+        await to_worker_send.send(bytes(CoordinatorToWorkerMsg(work_unit_batch=batch)))
+
+    dispatcher = FeedDispatcher(feeds, send, task_context(), **dispatcher_options)
+
+    async with anyio.create_task_group() as tg:
+        link = Link(dispatcher, inbox, tg, observe=observe)
+
+        async def worker_receive() -> None:
+            async with to_worker_recv:
+                async for raw in to_worker_recv:
+                    batch = CoordinatorToWorkerMsg.parse(raw).work_unit_batch
+                    link.batches.append(len(batch.batch) + _packed_count(batch))
+                    inbox.deliver(batch)
+                    if link.observe is not None:
+                        link.observe(inbox)
+                    link.check()
+
+        async def worker_credits() -> None:
+            async with to_coord_send:
+                async for credits in inbox.credit_grants:
+                    await to_coord_send.send(bytes(WorkerToCoordinatorMsg(feed_credits=credits)))
+
+        async def coordinator_receive() -> None:
+            async with to_coord_recv:
+                async for raw in to_coord_recv:
+                    dispatcher.grant(WorkerToCoordinatorMsg.parse(raw).feed_credits)
+                    link.check()
+
+        tg.start_soon(worker_receive)
+        tg.start_soon(worker_credits)
+        tg.start_soon(coordinator_receive)
+        tg.start_soon(dispatcher.run)
+        try:
+            yield link
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def _packed_count(batch: WorkUnitBatch) -> int:
+    return len(batch.packed.body_ends) // 4 if batch.packed is not None else 0
