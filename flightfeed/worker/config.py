@@ -14,6 +14,7 @@ class WorkerConfig:
     tombstone_ttl: how long a finished task's key answers "already finished".
     consumer_buffer_batches: per-consumer buffer of a fanned-out (repartition/broadcast) task.
     max_concurrent_tasks: SetPlans beyond this are refused with RESOURCE_EXHAUSTED.
+    feed_credits: work units in flight per feed partition (the per-partition window).
     """
 
     plan_wait_timeout: float = 10.0
@@ -22,6 +23,7 @@ class WorkerConfig:
     max_tombstones: int = 100_000
     consumer_buffer_batches: int = 4
     max_concurrent_tasks: int = 1024
+    feed_credits: int = 256
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl"):

@@ -22,6 +22,7 @@ from ..._generated.flightfeed.v1 import (
     WorkerToCoordinatorMsg,
 )
 from ...errors import Cancelled, InvalidArgument, PlanDecodeError
+from ...feeds import FEED_INBOX_KEY, FeedInbox
 from ...flight.server import CallContext
 from ...session import Headers, WorkerQueryContext
 from ..keys import task_id
@@ -51,19 +52,30 @@ async def _first_message(stream: grpclib.server.Stream[Any, Any]) -> SetPlanRequ
     return request
 
 
-async def _control_messages(stream: grpclib.server.Stream[Any, Any], task: Task) -> None:
+async def _control_messages(
+    stream: grpclib.server.Stream[Any, Any], task: Task, inbox: FeedInbox | None
+) -> None:
     """Messages after SetPlan. End of stream is fine: the coordinator may half-close."""
     async for message in stream:
         assert isinstance(message, CoordinatorToWorkerMsg)
         kind = betterproto2.which_one_of(message, "inner")[0]
-        if kind == "cancel_task":
+        if kind == "work_unit_batch":
+            if inbox is None:
+                raise InvalidArgument(f"task {task.key} declared no work-unit feeds")
+            inbox.deliver(message.work_unit_batch)  # never blocks: bounded by the credits
+        elif kind == "cancel_task":
             task.cancel(f"cancelled by coordinator: {message.cancel_task.reason or 'no reason'}")
             return
-        if kind == "set_plan_request":
+        elif kind == "set_plan_request":
             raise InvalidArgument(f"task {task.key} already has a plan")
-        if kind == "work_unit_batch":
-            raise InvalidArgument(f"task {task.key} declared no work-unit feeds")
-        raise InvalidArgument(f"unexpected CoordinatorChannel message {kind or 'empty'}")
+        else:
+            raise InvalidArgument(f"unexpected CoordinatorChannel message {kind or 'empty'}")
+
+
+async def _forward_credits(stream: grpclib.server.Stream[Any, Any], inbox: FeedInbox) -> None:
+    """Credits the task's consumers free up go back to the coordinator as they are granted."""
+    async for credits in inbox.credit_grants:
+        await stream.send_message(WorkerToCoordinatorMsg(feed_credits=credits))
 
 
 async def coordinator_channel(
@@ -74,6 +86,13 @@ async def coordinator_channel(
     worker.registry.check_capacity(key)
     query_context = WorkerQueryContext(headers=request_headers(ctx), task_key=request.task_key)
     session = await worker.session_builder.build(query_context)
+    inbox = (
+        FeedInbox.from_declarations(
+            request.work_unit_feed_declarations, credits=worker.config.feed_credits
+        )
+        if request.work_unit_feed_declarations
+        else None
+    )
     try:
         plan = session.decode_plan(request.plan_proto)
     except PlanDecodeError as error:
@@ -92,27 +111,39 @@ async def coordinator_channel(
             query_start_ns=request.query_start_time_ns,
             consumer_buffer=worker.config.consumer_buffer_batches,
         )
+        if inbox is not None:
+            task.ctx.extensions[FEED_INBOX_KEY] = inbox
         worker.registry.add(task)
         try:
             await stream.send_initial_metadata()
 
             async def watch_control() -> None:
                 try:
-                    await _control_messages(stream, task)
-                except Exception as exc:
+                    await _control_messages(stream, task, inbox)
+                except Exception as exc:  # a broken channel or protocol ends the task
+                    if inbox is not None:
+                        inbox.fail(exc)
                     task.cancel(f"coordinator channel failed: {exc}")
 
             tg.start_soon(watch_control)
+            if inbox is not None:
+                tg.start_soon(_forward_credits, stream, inbox)
             await task.done.wait()
             if task.cancel_reason is None:
+                task_metrics = task.task_metrics()
+                if inbox is not None:
+                    inbox.close()
+                    task_metrics.metrics.extend(inbox.to_metrics())
                 metrics = TaskMetrics(
                     pre_order_plan_metrics=task.metrics.to_proto(),
-                    task_metrics=task.task_metrics(),
+                    task_metrics=task_metrics,
                 )
                 await stream.send_message(WorkerToCoordinatorMsg(task_metrics=metrics))
             else:
                 outcome = f"cancelled: {task.cancel_reason}"
         finally:
+            if inbox is not None:
+                inbox.fail(Cancelled(f"task {key} ended"))
             if task.cancel_reason is None and not task.done.is_set():
                 task.cancel("coordinator channel closed")
                 outcome = "cancelled: coordinator channel closed"
