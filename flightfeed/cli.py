@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import anyio
 
 from ._version import __version__
+from .errors import FlightfeedError
 from .flight.tuning import run
 
 log = logging.getLogger("flightfeed")
@@ -84,7 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except FlightfeedError as error:  # a user mistake (bad import path, bad config): no traceback
+        print(f"flightfeed: error: {error}", file=sys.stderr)
+        return 2
     return code
 
 

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -16,14 +17,16 @@ from flightfeed._version import __version__
 from flightfeed.flight.grpc import GrpcChannel
 from flightfeed.flight.tuning import run
 
+TESTS_DIR = str(Path(__file__).resolve().parents[1])
 
-def _start_worker() -> tuple[subprocess.Popen[str], str]:
+
+def _start_worker(*extra: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flightfeed.cli", "worker", "--port", "0"],
+        [sys.executable, "-m", "flightfeed.cli", "worker", "--port", "0", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": TESTS_DIR},
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -97,3 +100,60 @@ def test_unimplemented_rpc_and_bad_ticket(
     with pytest.raises(pa.ArrowInvalid, match="not a serialized ExecuteTaskRequest"):
         client.do_get(flight.Ticket(b"no such thing")).read_all()
     client.close()
+
+
+def test_session_builder_loaded_by_import_path() -> None:
+    """--session-builder pkg.module:func: the worker's sessions get that builder's UDFs."""
+    from helpers.worker_plans import new_key, none_request, scan, set_plan, tag_udf
+
+    from flightfeed.plan import Projection, call, col
+    from flightfeed.protocol import WorkerClient
+    from flightfeed.session import SessionStateBuilder
+
+    proc, location = _start_worker(
+        "--session-builder", "helpers.worker_plans:header_session_builder"
+    )
+    planning = SessionStateBuilder().with_scalar_udf(tag_udf("planning")).build()
+    plan = Projection(scan(1), [call("tag", col("k"))], ["tagged"], functions=planning)
+
+    async def run_task() -> list[str]:
+        key = new_key()
+        async with (
+            WorkerClient(location) as client,
+            client.open_task(set_plan(plan, key), headers={"x-tag": "cli"}) as channel,
+        ):
+            async with client.execute_task(none_request(key, 0, 1)) as reader:
+                table = await reader.read_all()
+            await channel.wait_metrics()
+        return [str(v) for v in table.column("tagged").to_pylist()]
+
+    try:
+        values = run(run_task)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert values
+    assert all(v.startswith("cli:") for v in values)
+
+
+def test_bad_session_builder_path_is_a_clear_error() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flightfeed.cli",
+            "worker",
+            "--port",
+            "0",
+            "--session-builder",
+            "no_such_module_xyz:build",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "flightfeed: error:" in out.stderr
+    assert "no_such_module_xyz" in out.stderr
+    assert "Traceback" not in out.stderr
