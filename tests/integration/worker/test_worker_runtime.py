@@ -401,3 +401,28 @@ async def test_metrics_arrive_when_a_consumer_leaves_early() -> None:
                 metrics = await channel.wait_metrics()
         produced = output_rows(metrics.pre_order_plan_metrics[0])
         assert 0 < produced < rows
+
+
+async def test_broadcast_consumer_leaving_early_does_not_break_the_others() -> None:
+    outputs = 3
+    async with one_worker() as (_, client):
+        key = new_key()
+        async with client.open_task(set_plan(scan(4), key)) as channel:
+            tables: dict[int, pa.Table] = {}
+
+            async def quitter() -> None:
+                async with client.execute_task(broadcast_request(key, 0, outputs)) as reader:
+                    assert await reader.next() is not None  # one batch, then disconnect
+
+            async def stayer(index: int) -> None:
+                tables[index] = await read(client, broadcast_request(key, index, outputs))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(quitter)
+                for index in (1, 2):
+                    tg.start_soon(stayer, index)
+            metrics = await channel.wait_metrics()
+        assert sorted(tables) == [1, 2]
+        for table in tables.values():
+            assert sorted_by_k(table).equals(TABLE)  # nothing lost or duplicated
+        assert output_rows(metrics.pre_order_plan_metrics[0]) == TABLE.num_rows
