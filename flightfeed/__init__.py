@@ -1,0 +1,72 @@
+"""flightfeed: an asyncio Arrow Flight framework for distributed query execution over work
+discovered at runtime. The public API is what `__all__` lists; everything else is internal."""
+
+from ._version import __version__
+from .errors import (
+    Cancelled,
+    ErrorOrigin,
+    ExecutionError,
+    FeedError,
+    FlightfeedError,
+    InvalidArgument,
+    NotFound,
+    PlanDecodeError,
+    RemoteError,
+    ResourceExhausted,
+    TimeoutError_,
+    Unauthenticated,
+    Unimplemented,
+    UnknownUdfError,
+    VersionMismatch,
+)
+from .feeds import FeedRegistry, WorkUnitFeed, WorkUnitFeedProvider
+from .flight import (
+    CallContext,
+    FlightClient,
+    FlightDataReader,
+    FlightDataWriter,
+    FlightHandler,
+    FlightServer,
+)
+from .plan import ExecutionPlan, PlanCodec, TaskContext
+from .protocol import WorkerClient
+from .session import Session, SessionBuilder, SessionStateBuilder, WorkerQueryContext
+from .worker import Worker, WorkerConfig
+
+__all__ = [
+    "CallContext",
+    "Cancelled",
+    "ErrorOrigin",
+    "ExecutionError",
+    "ExecutionPlan",
+    "FeedError",
+    "FeedRegistry",
+    "FlightClient",
+    "FlightDataReader",
+    "FlightDataWriter",
+    "FlightHandler",
+    "FlightServer",
+    "FlightfeedError",
+    "InvalidArgument",
+    "NotFound",
+    "PlanCodec",
+    "PlanDecodeError",
+    "RemoteError",
+    "ResourceExhausted",
+    "Session",
+    "SessionBuilder",
+    "SessionStateBuilder",
+    "TaskContext",
+    "TimeoutError_",
+    "Unauthenticated",
+    "Unimplemented",
+    "UnknownUdfError",
+    "VersionMismatch",
+    "WorkUnitFeed",
+    "WorkUnitFeedProvider",
+    "Worker",
+    "WorkerClient",
+    "WorkerConfig",
+    "WorkerQueryContext",
+    "__version__",
+]
