@@ -1,4 +1,5 @@
-"""Helpers for users' tests and ours: real workers on port 0, in this process's event loop."""
+"""Helpers for users' tests and ours: real workers on port 0 in this process's event loop,
+a Coordinator over them, and a TCP proxy that can cut a worker off (fault injection)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import anyio
+from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup, TaskStatus
+
+from .coordinator import Coordinator, InProcessWorkerResolver
+from .flight.client import parse_location
 from .worker import Worker, WorkerConfig
 
 
@@ -28,4 +34,94 @@ async def start_workers(
         yield workers
 
 
-__all__ = ["start_workers"]
+@asynccontextmanager
+async def start_cluster(
+    count: int,
+    *,
+    session_builder: Any = None,
+    config: WorkerConfig | None = None,
+    host: str = "127.0.0.1",
+    **coordinator_options: Any,
+) -> AsyncIterator[tuple[Coordinator, list[Worker]]]:
+    """`count` real workers and a Coordinator over them (options go to the Coordinator)."""
+    async with start_workers(
+        count, session_builder=session_builder, config=config, host=host
+    ) as workers:
+        resolver = InProcessWorkerResolver(workers)
+        async with Coordinator(resolver, **coordinator_options) as coordinator:
+            yield coordinator, workers
+
+
+async def wait_for_no_tasks(workers: list[Worker]) -> None:
+    """Until no worker holds any task state (woken by each registry change, never polled)."""
+    for worker in workers:
+        while len(worker.registry):
+            await worker.registry.changed()
+
+
+class TcpProxy:
+    """Forwards connections to a worker; `cut()` drops them all at once, as a crashed worker
+    or a network partition would (the worker itself keeps running)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self._host, self._port = parse_location(target)
+        self.location = ""
+        self.connections = 0
+        """Connections accepted so far."""
+        self._scope = anyio.CancelScope()
+        self._stopped = anyio.Event()
+
+    async def cut(self) -> None:
+        """Close the listener and every forwarded connection; new connections are refused."""
+        self._scope.cancel()
+        await self._stopped.wait()
+
+    async def _serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with self._scope:
+                listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+                port = listener.extra(SocketAttribute.local_port)
+                self.location = f"grpc://127.0.0.1:{port}"
+                task_status.started()
+                async with listener:
+                    await listener.serve(self._forward)
+        finally:
+            self._stopped.set()
+
+    async def _forward(self, client: SocketStream) -> None:
+        self.connections += 1
+        async with client:
+            try:
+                upstream = await anyio.connect_tcp(self._host, self._port)
+            except OSError:
+                return
+            async with upstream, anyio.create_task_group() as tg:
+                tg.start_soon(_pump, client, upstream, tg)
+                tg.start_soon(_pump, upstream, client, tg)
+
+
+async def _pump(source: ByteStream, sink: ByteStream, tg: TaskGroup) -> None:
+    """One direction of a forwarded connection; when it ends, the whole connection does."""
+    try:
+        async for chunk in source:
+            await sink.send(chunk)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass
+    finally:
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def tcp_proxy(target: str) -> AsyncIterator[TcpProxy]:
+    """A TcpProxy to `target` (a worker location) on a free local port, for fault injection."""
+    proxy = TcpProxy(target)
+    async with anyio.create_task_group() as tg:
+        await tg.start(proxy._serve)
+        try:
+            yield proxy
+        finally:
+            tg.cancel_scope.cancel()
+
+
+__all__ = ["TcpProxy", "start_cluster", "start_workers", "tcp_proxy", "wait_for_no_tasks"]

@@ -1,0 +1,51 @@
+"""The coordinator: distributed planning, task dispatch to workers, feeds, metrics.
+
+- `Coordinator` (an async context manager): `async for batch in c.execute(plan)`;
+- `DistributedPlanner` cuts plans at Coalesce boundaries into stages (`Stage`, `NetworkCoalesce`),
+  sized by `TaskEstimator`s; `format_distributed_plan` shows the result;
+- `WorkerResolver`s list workers; `ChannelResolver` keeps one connection per worker and refuses
+  workers of another version (`check_worker_version`);
+- `MetricsStore` keeps per-query task and feed metrics.
+"""
+
+from __future__ import annotations
+
+from .channels import ChannelResolver
+from .coordinator import Coordinator, QueryStream
+from .display import format_distributed_plan
+from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
+from .metrics import FeedPartitionMetrics, MetricsStore, QueryMetrics, TaskRecord
+from .network_coalesce import STAGE_OUTPUTS_KEY, NetworkCoalesce, StageOutputs
+from .planner import PARTITION_MIXING_KINDS, DistributedPlanner, distribute
+from .resolver import InProcessWorkerResolver, StaticWorkerResolver, WorkerResolver
+from .stage import DistributedPlan, Stage, StageTask
+from .task_runner import DispatchOptions
+from .version import check_worker_version
+
+__all__ = [
+    "PARTITION_MIXING_KINDS",
+    "STAGE_OUTPUTS_KEY",
+    "ChannelResolver",
+    "Coordinator",
+    "DispatchOptions",
+    "DistributedPlan",
+    "DistributedPlanner",
+    "FeedPartitionMetrics",
+    "InProcessWorkerResolver",
+    "MetricsStore",
+    "NetworkCoalesce",
+    "QueryMetrics",
+    "QueryStream",
+    "Stage",
+    "StageOutputs",
+    "StageTask",
+    "StaticWorkerResolver",
+    "TaskEstimation",
+    "TaskEstimator",
+    "TaskEstimators",
+    "TaskRecord",
+    "WorkerResolver",
+    "check_worker_version",
+    "distribute",
+    "format_distributed_plan",
+]

@@ -1,0 +1,86 @@
+"""ChannelResolver: one WorkerClient, so one HTTP/2 connection, per worker URL.
+
+Every task channel and ExecuteTask of every query to a worker shares its connection for the
+resolver's lifetime. A worker is version-checked the first time it is used; a worker that
+fails the check is not kept, so a later query checks it again (it may have been upgraded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+
+import anyio
+
+from .._version import __version__
+from ..protocol import WorkerClient
+from .version import check_worker_version
+
+
+class ChannelResolver:
+    """Clients by worker URL, created and version-checked on first use, closed on `aclose`."""
+
+    def __init__(
+        self,
+        *,
+        metadata: Mapping[str, str | bytes] | None = None,
+        check_version: bool = True,
+        expected_version: str = __version__,
+    ) -> None:
+        self._metadata = dict(metadata or {})
+        self._check_version = check_version
+        self._expected = expected_version
+        self._clients: dict[str, WorkerClient] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._closed = False
+
+    async def client(self, url: str) -> WorkerClient:
+        """The worker's client; VersionMismatch if it runs another flightfeed version."""
+        found = self._clients.get(url)
+        if found is not None:
+            return found
+        lock = self._locks.setdefault(url, anyio.Lock())
+        async with lock:  # concurrent first uses share one connection and one check
+            found = self._clients.get(url)
+            if found is not None:
+                return found
+            if self._closed:
+                raise RuntimeError("ChannelResolver is closed")
+            client = WorkerClient(url, metadata=self._metadata)
+            try:
+                if self._check_version:
+                    await check_worker_version(client, url, self._expected)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await client.close()
+                raise
+            self._clients[url] = client
+            return client
+
+    @property
+    def urls(self) -> list[str]:
+        """Workers with an open client."""
+        return list(self._clients)
+
+    async def forget(self, url: str) -> None:
+        """Close a worker's client (after it failed); the next use reconnects."""
+        client = self._clients.pop(url, None)
+        if client is not None:
+            await client.close()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
+    async def __aenter__(self) -> ChannelResolver:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

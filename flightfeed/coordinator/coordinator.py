@@ -1,0 +1,299 @@
+"""Coordinator: plans a query into stages, runs its tasks on workers, streams the result.
+
+`async with Coordinator(resolver, ...) as c:` then `async for batch in c.execute(plan)`.
+Each query runs as one task group inside the coordinator's own: one task runner per task
+(CoordinatorChannel, feed dispatcher, metrics) and the coordinator's part of the plan, whose
+NetworkCoalesce nodes read the tasks' outputs. The consumer reads batches through a bounded
+stream, so the query never runs ahead of it by more than a few batches.
+
+Leaving the `async for` early (or cancelling it) cancels the query's task group: every task
+gets a CancelTask and its channel is reset, so workers drop all of the query's state. The
+first failure anywhere fails the query with that error; a provider's error reaches the caller
+as the FeedError its partition's consumer raised.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import AsyncExitStack, suppress
+from types import TracebackType
+from typing import Final, TypeAlias
+
+import anyio
+import pyarrow as pa
+from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
+
+from .._generated.flightfeed.v1 import TaskKey, WorkUnit
+from ..errors import Cancelled, NotFound
+from ..feeds import FeedRegistry
+from ..plan.base import ExecutionPlan, closing
+from ..plan.codec import CodecRegistry, encode_plan
+from ..plan.execution import open_task_context
+from ..plan.metrics import MetricsRegistry, instrument
+from ..plan.nodes import Coalesce
+from ..session import Session, SessionStateBuilder
+from .channels import ChannelResolver
+from .display import format_distributed_plan
+from .estimator import EstimatorKey, TaskEstimator, TaskEstimators
+from .metrics import MetricsStore, QueryMetrics, TaskRecord
+from .network_coalesce import STAGE_OUTPUTS_KEY
+from .planner import DistributedPlanner
+from .query import QueryRuntime, TaskRun
+from .resolver import WorkerResolver
+from .stage import DistributedPlan
+from .task_runner import DispatchOptions, run_task
+
+RESULT_BUFFER_BATCHES: Final = 4
+CLEANUP_TIMEOUT: Final = 10.0
+"""How long leaving a query waits for its tasks' cancellation to go out."""
+
+_Item: TypeAlias = "pa.RecordBatch | Exception"
+
+
+class _Handle:
+    """Shared by a QueryStream and its generator (never by the running query, so dropping
+    the stream lets the generator be finalized, which cancels the query)."""
+
+    runtime: QueryRuntime | None = None
+
+
+class QueryStream:
+    """The result of `Coordinator.execute`: iterate it for record batches.
+
+    `async with c.execute(plan) as stream:` closes it deterministically; a plain `async for`
+    that is left early closes it when the stream is dropped. Either way the query stops.
+    """
+
+    def __init__(self, coordinator: Coordinator, plan: ExecutionPlan) -> None:
+        self.query_id = uuid.uuid4().bytes
+        self._handle = _Handle()
+        self._batches = coordinator._stream(plan, self.query_id, self._handle)
+
+    @property
+    def metrics(self) -> QueryMetrics | None:
+        """The query's metrics (live while it runs); None before it started."""
+        runtime = self._handle.runtime
+        return runtime.metrics if runtime is not None else None
+
+    def delivery_log(self, feed_id: bytes, partition: int) -> list[WorkUnit]:
+        """Units sent so far for a global feed partition (see QueryRuntime.delivery_log)."""
+        runtime = self._handle.runtime
+        if runtime is None:
+            raise NotFound("the query has not started")
+        return runtime.delivery_log(feed_id, partition)
+
+    def __aiter__(self) -> QueryStream:
+        return self
+
+    async def __anext__(self) -> pa.RecordBatch:
+        return await anext(self._batches)
+
+    async def aclose(self) -> None:
+        """Stop the query (if still running) and wait until its tasks were told."""
+        await self._batches.aclose()
+
+    async def __aenter__(self) -> QueryStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Coordinator:
+    """Runs plans on workers; an async context manager owning connections and queries."""
+
+    def __init__(
+        self,
+        resolver: WorkerResolver,
+        *,
+        session: Session | None = None,
+        codecs: CodecRegistry | None = None,
+        feed_registry: FeedRegistry | None = None,
+        task_estimators: Mapping[EstimatorKey, TaskEstimator] | None = None,
+        headers: Mapping[str, str] | None = None,
+        channels: ChannelResolver | None = None,
+        feed_batch_units: int | None = None,
+        feed_batch_bytes: int | None = None,
+        feed_linger: float | None = None,
+        keep_delivery_log: bool = True,
+        metrics: MetricsStore | None = None,
+    ) -> None:
+        self.resolver = resolver
+        self.session = session if session is not None else SessionStateBuilder().build()
+        self.codecs = codecs if codecs is not None else self.session.codecs
+        self.feed_registry = feed_registry
+        self.planner = DistributedPlanner(
+            feed_registry=feed_registry, estimators=TaskEstimators(task_estimators)
+        )
+        self.headers = dict(headers or {})
+        self._own_channels = channels is None
+        self.channels = channels if channels is not None else ChannelResolver()
+        defaults = DispatchOptions()
+        self._dispatch = DispatchOptions(
+            max_batch_units=feed_batch_units or defaults.max_batch_units,
+            max_batch_bytes=feed_batch_bytes or defaults.max_batch_bytes,
+            linger=defaults.linger if feed_linger is None else feed_linger,
+            keep_delivery_log=keep_delivery_log,
+        )
+        self.metrics = metrics if metrics is not None else MetricsStore()
+        self._tg: TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+        self._next_worker = 0
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Coordinator:
+        async with AsyncExitStack() as stack:
+            if self._own_channels:
+                stack.push_async_callback(self.channels.aclose)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)  # leaving cancels running queries
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._stack is not None
+        stack, self._stack, self._tg = self._stack, None, None
+        await stack.aclose()
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    def execute(self, plan: ExecutionPlan) -> QueryStream:
+        """Run `plan`; iterate the result for its record batches."""
+        return QueryStream(self, plan)
+
+    async def collect(self, plan: ExecutionPlan) -> pa.Table:
+        """Run `plan` and return its whole result."""
+        async with self.execute(plan) as stream:
+            batches = [batch async for batch in stream]
+        return pa.Table.from_batches(batches, schema=plan.schema)
+
+    def plan(self, plan: ExecutionPlan, workers: int) -> DistributedPlan:
+        """The distributed plan for a cluster of `workers` (planning only)."""
+        return self.planner.plan(plan, workers)
+
+    async def explain(self, plan: ExecutionPlan) -> str:
+        """The distributed plan with the workers its tasks would run on now."""
+        workers = await self.resolver.workers()
+        distributed = self.planner.plan(plan, len(workers))
+        assignment = distributed.assign(workers, self._next_worker) if distributed.stages else {}
+        return format_distributed_plan(distributed, assignment)
+
+    async def _stream(
+        self, plan: ExecutionPlan, query_id: bytes, handle: _Handle
+    ) -> AsyncGenerator[pa.RecordBatch, None]:
+        if self._tg is None:
+            raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
+        runtime, root = await self._prepare(plan, query_id)
+        tg = self._tg
+        if tg is None:
+            raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
+        handle.runtime = runtime
+        send, receive = anyio.create_memory_object_stream[_Item](RESULT_BUFFER_BATCHES)
+        await tg.start(self._run_query, runtime, root, send)
+        try:
+            async with receive:
+                async for item in receive:
+                    if isinstance(item, Exception):
+                        raise item
+                    yield item
+            if not runtime.completed:  # stopped from outside, not by the caller: no silent end
+                raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
+        finally:
+            runtime.cancel()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT):
+                await runtime.finished.wait()
+
+    async def _prepare(
+        self, plan: ExecutionPlan, query_id: bytes
+    ) -> tuple[QueryRuntime, ExecutionPlan]:
+        """Plan, assign tasks round-robin and connect (version-checked) to their workers."""
+        workers = await self.resolver.workers()
+        distributed = self.planner.plan(plan, len(workers))
+        metrics = QueryMetrics(query_id)
+        runtime = QueryRuntime(query_id, metrics, headers=self.headers)
+        if distributed.stages:
+            if not workers:
+                raise NotFound("the worker resolver returned no workers for a distributed plan")
+            assignment = distributed.assign(workers, self._next_worker)
+            self._next_worker = (self._next_worker + len(assignment)) % len(workers)
+            used = dict.fromkeys(assignment.values())
+            clients = {url: await self.channels.client(url) for url in used}
+            for stage in distributed.stages:
+                plan_proto = encode_plan(stage.plan, self.codecs)
+                for task in stage.tasks:
+                    url = assignment[(stage.stage_id, task.task_number)]
+                    key = TaskKey(
+                        query_id=query_id, stage_id=stage.stage_id, task_number=task.task_number
+                    )
+                    record = TaskRecord(
+                        stage.stage_id,
+                        task.task_number,
+                        url,
+                        feed_partitions={f: list(a.partitions) for f, a in task.feeds.items()},
+                    )
+                    runtime.add(TaskRun(stage, task, key, url, clients[url], plan_proto, record))
+        self.metrics.add(metrics)
+        return runtime, distributed.root
+
+    async def _run_query(
+        self,
+        runtime: QueryRuntime,
+        root: ExecutionPlan,
+        send: ObjectSendStream[_Item],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The query's task group: every task runner and the coordinator's part of the plan."""
+        async with send:
+            try:
+                with anyio.CancelScope() as scope:
+                    runtime.scope = scope
+                    task_status.started()
+                    async with anyio.create_task_group() as tg:
+                        for run in runtime.tasks.values():
+                            tg.start_soon(
+                                run_task, runtime, run, self.session, self._dispatch, self.headers
+                            )
+                        tg.start_soon(self._run_root, runtime, root, send)
+                    runtime.completed = runtime.failure is None
+                if runtime.failure is not None:
+                    # (the caller may have left before it could hear about it)
+                    with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        await send.send(runtime.failure)
+            finally:
+                runtime.finish()
+
+    async def _run_root(
+        self, runtime: QueryRuntime, root: ExecutionPlan, send: ObjectSendStream[_Item]
+    ) -> None:
+        """Run the plan's coordinator part and hand its batches to the caller."""
+        registry = MetricsRegistry()
+        if root.output_partitions != 1:
+            root = Coalesce(root)  # read every partition, concurrently
+        plan = instrument(root, registry)
+        runtime.metrics.coordinator_nodes = registry.pre_order()
+        try:
+            async with open_task_context(self.session, metrics=registry) as ctx:
+                ctx.extensions[STAGE_OUTPUTS_KEY] = runtime
+                async with closing(plan.execute(0, ctx)) as stream:
+                    async for batch in stream:
+                        await send.send(batch)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            runtime.cancel()  # the caller is gone
+        except Exception as exc:
+            runtime.fail(exc)
+
+    def __repr__(self) -> str:
+        return f"Coordinator({self.resolver!r})"

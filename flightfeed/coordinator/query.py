@@ -1,0 +1,166 @@
+"""One query's state on the coordinator: its tasks and workers, readiness, the first failure.
+
+The runtime is what NetworkCoalesce reads task outputs through (StageOutputs) and what every
+task runner reports to. `fail` keeps the first error and cancels the query's task group, so
+one failure stops everything the query started; later errors are consequences and dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import pyarrow as pa
+from grpclib.const import Status
+
+from .._generated.flightfeed.v1 import ExecuteTaskRequest, NoneHead, TaskKey, WorkUnit
+from ..errors import ErrorOrigin, FeedError, FlightfeedError, RemoteError
+from ..feeds import FeedDispatcher
+from ..protocol import WorkerClient
+from .metrics import QueryMetrics, TaskRecord
+from .stage import Stage, StageTask
+
+
+@dataclass(eq=False)
+class TaskRun:
+    """One task of the query as it runs: where, with which plan bytes, and its dispatcher."""
+
+    stage: Stage
+    task: StageTask
+    key: TaskKey
+    worker_url: str
+    client: WorkerClient
+    plan_proto: bytes
+    record: TaskRecord
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    """Set once the task's SetPlan went out: its outputs may be read."""
+    dispatcher: FeedDispatcher | None = None
+
+    @property
+    def origin(self) -> ErrorOrigin:
+        return ErrorOrigin(
+            self.worker_url,
+            self.key.query_id,
+            self.key.stage_id,
+            self.key.task_number,
+            self.key.attempt,
+        )
+
+
+def query_error(exc: Exception, origin: ErrorOrigin | None) -> FlightfeedError:
+    """A failure as the caller sees it: flightfeed errors as they are (with an origin), and
+    anything else (a broken connection) as a RemoteError naming the worker."""
+    if isinstance(exc, FlightfeedError):
+        if exc.origin is None and origin is not None:
+            exc.origin = origin
+        return exc
+    where = f"worker {origin.worker_url}" if origin is not None else "a worker"
+    error = RemoteError(
+        f"connection to {where} failed: {exc or type(exc).__name__}",
+        grpc_status=Status.UNAVAILABLE,
+        origin=origin,
+        error_type=type(exc).__name__,
+    )
+    error.__cause__ = exc
+    return error
+
+
+class QueryRuntime:
+    """The running query: implements StageOutputs for its NetworkCoalesce nodes."""
+
+    def __init__(
+        self,
+        query_id: bytes,
+        metrics: QueryMetrics,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.query_id = query_id
+        self.start_ns = time.time_ns()
+        self.metrics = metrics
+        self.headers = dict(headers or {})
+        self.tasks: dict[tuple[int, int], TaskRun] = {}
+        self.failure: FlightfeedError | None = None
+        self.scope: anyio.CancelScope | None = None
+        self.finished = anyio.Event()
+        self.completed = False
+        """Every task and the coordinator's part ran to their end."""
+        self._cancelled = False
+
+    def add(self, run: TaskRun) -> None:
+        self.tasks[(run.stage.stage_id, run.task.task_number)] = run
+        self.metrics.tasks[(run.stage.stage_id, run.task.task_number)] = run.record
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def fail(self, exc: Exception, origin: ErrorOrigin | None = None) -> None:
+        """Keep the first failure and stop the query."""
+        if self.failure is None and not self._cancelled:
+            self.failure = query_error(exc, origin)
+        self._stop()
+
+    def cancel(self) -> None:
+        """The caller left: stop the query (not a failure)."""
+        if self.failure is None:
+            self._cancelled = True
+        self._stop()
+
+    def _stop(self) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def finish(self) -> None:
+        if self.failure is not None:
+            self.metrics.finish("failed", self.failure)
+        elif self.completed:
+            self.metrics.finish("finished")
+        else:
+            self.metrics.finish("cancelled")
+        for run in self.tasks.values():
+            run.dispatcher = None  # its delivery log goes with it
+        self.finished.set()
+
+    # -- StageOutputs ---------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def task_output(
+        self, stage: Stage, task_number: int
+    ) -> AsyncIterator[AsyncIterator[pa.RecordBatch]]:
+        """Every output partition of one task, read with one ExecuteTask from its worker."""
+        run = self.tasks[(stage.stage_id, task_number)]
+        await run.ready.wait()
+        request = ExecuteTaskRequest(
+            task_key=run.key,
+            target_partition_start=0,
+            target_partition_end=stage.partitions_per_task,
+            none=NoneHead(),
+        )
+        try:
+            async with run.client.execute_task(request, headers=self.headers) as reader:
+                yield reader.__aiter__()
+        except FlightfeedError as error:
+            raise query_error(error, run.origin) from None
+
+    # -- delivery log -----------------------------------------------------------------------------
+
+    def delivery_log(self, feed_id: bytes, partition: int) -> list[WorkUnit]:
+        """The units sent so far for a global feed partition, as sent (for a replay).
+
+        Kept by the partition's dispatcher until the worker reports the partition finished;
+        FeedError once it is gone, or when no running task of this query owns the partition.
+        """
+        for run in self.tasks.values():
+            assignment = run.task.feeds.get(feed_id)
+            if assignment is None or partition not in assignment.partitions:
+                continue
+            if run.dispatcher is None:
+                break
+            local = list(assignment.partitions).index(partition)
+            return run.dispatcher.replay(feed_id, local)
+        raise FeedError(
+            f"no delivery log for feed {feed_id.hex()} partition {partition} in query"
+            f" {self.query_id.hex()} (not a feed partition of a running task)"
+        )

@@ -1,0 +1,68 @@
+"""What the planner produces: stages of tasks below network boundaries, and the local root."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..errors import InvalidArgument
+from ..feeds import FeedAssignment
+from ..plan.base import ExecutionPlan
+
+
+@dataclass(frozen=True, eq=False)
+class StageTask:
+    """One task of a stage: its number and the global feed partitions it owns."""
+
+    task_number: int
+    feeds: Mapping[bytes, FeedAssignment]
+
+
+@dataclass(frozen=True, eq=False)
+class Stage:
+    """A subtree that runs as `task_count` tasks on workers; every task runs the same `plan`.
+
+    `note` says why the stage got its task count (shown by the plan display).
+    """
+
+    stage_id: int
+    plan: ExecutionPlan
+    tasks: tuple[StageTask, ...]
+    note: str = ""
+
+    @property
+    def task_count(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.plan.schema
+
+    @property
+    def partitions_per_task(self) -> int:
+        """Output partitions of each task (what a consumer reads with one ExecuteTask)."""
+        return self.plan.output_partitions
+
+
+@dataclass(frozen=True, eq=False)
+class DistributedPlan:
+    """`root` runs on the coordinator; its NetworkCoalesce nodes read the `stages`' tasks."""
+
+    root: ExecutionPlan
+    stages: tuple[Stage, ...]
+
+    @property
+    def is_distributed(self) -> bool:
+        return bool(self.stages)
+
+    def task_refs(self) -> list[tuple[int, int]]:
+        """(stage id, task number) of every task, in stage order."""
+        return [(s.stage_id, t.task_number) for s in self.stages for t in s.tasks]
+
+    def assign(self, workers: list[str], offset: int = 0) -> dict[tuple[int, int], str]:
+        """Round-robin: task i of the query (in stage order) goes to worker (offset + i) % n."""
+        if not workers:
+            raise InvalidArgument("no workers to assign tasks to")
+        return {ref: workers[(offset + i) % len(workers)] for i, ref in enumerate(self.task_refs())}

@@ -1,0 +1,183 @@
+"""Running one task: its CoordinatorChannel, its feed dispatcher, its metrics.
+
+The channel carries the SetPlan, then the dispatcher's WorkUnitBatches; the worker answers
+with credit grants (fed to the dispatcher) and finally TaskMetrics. When the query is
+cancelled the task gets a CancelTask before its channel is reset, so the worker drops the
+task at once, whatever it was doing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+import betterproto2
+
+from .._generated.flightfeed.v1 import SetPlanRequest, TaskMetrics, WorkUnitBatch
+from ..errors import FeedError
+from ..feeds import (
+    DEFAULT_LINGER_SECONDS,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BATCH_UNITS,
+    FeedDispatcher,
+)
+from ..flight.status import from_detail
+from ..plan.base import TaskContext
+from ..plan.functions import PlanSession
+from ..protocol import TaskChannel
+from .query import QueryRuntime, TaskRun
+
+CANCEL_SEND_TIMEOUT: Final = 1.0
+"""How long a cancelled task's CancelTask may take to send before the channel is just reset."""
+SEND_FAILURE_GRACE: Final = 1.0
+"""After a failed send, how long to wait for the channel's status (the better error)."""
+
+
+@dataclass(frozen=True)
+class DispatchOptions:
+    """How a task's dispatcher packs units (credits are granted by the worker)."""
+
+    max_batch_units: int = DEFAULT_MAX_BATCH_UNITS
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    linger: float = DEFAULT_LINGER_SECONDS
+    keep_delivery_log: bool = True
+
+
+class _Sender:
+    """Sends the dispatcher's batches; remembers a send cut short, after which the stream
+    may hold half a message and must not carry another (not even a CancelTask)."""
+
+    def __init__(self) -> None:
+        self.channel: TaskChannel | None = None
+        self.interrupted = False
+
+    async def send(self, batch: WorkUnitBatch) -> None:
+        assert self.channel is not None
+        self.interrupted = True
+        await self.channel.send_work_units(batch)
+        self.interrupted = False
+
+
+async def run_task(
+    runtime: QueryRuntime,
+    run: TaskRun,
+    session: PlanSession,
+    options: DispatchOptions,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Run one task to its metrics; a failure goes to the runtime (and fails the query)."""
+    try:
+        metrics = await _run(runtime, run, session, options, headers)
+    except anyio.get_cancelled_exc_class():
+        run.record.finish("cancelled")
+        raise
+    except Exception as exc:
+        run.record.finish("failed")
+        runtime.fail(exc, run.origin)
+    else:
+        run.record.finish("finished", metrics)
+
+
+async def _run(
+    runtime: QueryRuntime,
+    run: TaskRun,
+    session: PlanSession,
+    options: DispatchOptions,
+    headers: Mapping[str, str] | None,
+) -> TaskMetrics:
+    sender = _Sender()
+    set_plan = SetPlanRequest(
+        task_key=run.key,
+        task_count=run.stage.task_count,
+        plan_proto=run.plan_proto,
+        target_worker_url=run.worker_url,
+        query_start_time_ns=runtime.start_ns,
+    )
+    dispatcher = None
+    if run.task.feeds:
+        ctx = TaskContext(
+            session=session,
+            task_number=run.task.task_number,
+            task_count=run.stage.task_count,
+        )
+        dispatcher = FeedDispatcher(
+            run.task.feeds,
+            sender.send,
+            ctx,
+            max_batch_units=options.max_batch_units,
+            max_batch_bytes=options.max_batch_bytes,
+            linger=options.linger,
+            keep_log=options.keep_delivery_log,
+        )
+        set_plan.work_unit_feed_declarations = dispatcher.declarations()
+        run.dispatcher = dispatcher
+        run.record.attach(dispatcher)
+    async with run.client.open_task(set_plan, headers=headers) as channel:
+        sender.channel = channel
+        run.ready.set()
+        try:
+            return await _serve(channel, dispatcher)
+        except anyio.get_cancelled_exc_class():
+            if not sender.interrupted:
+                # (a channel that is gone already has nothing left to cancel)
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(CANCEL_SEND_TIMEOUT),
+                    suppress(Exception),
+                ):
+                    await channel.cancel("query cancelled by the coordinator")
+            raise
+
+
+async def _serve(channel: TaskChannel, dispatcher: FeedDispatcher | None) -> TaskMetrics:
+    """Dispatch units and apply grants until the task's metrics arrive."""
+    metrics: TaskMetrics | None = None
+    failure: Exception | None = None
+    send_failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        with anyio.CancelScope() as reading:
+
+            async def dispatch(dispatcher: FeedDispatcher) -> None:
+                nonlocal send_failure
+                try:
+                    await dispatcher.run()
+                except Exception as exc:
+                    send_failure = exc
+                    # The channel's status usually says why a send failed: give it a moment.
+                    reading.deadline = min(
+                        reading.deadline, anyio.current_time() + SEND_FAILURE_GRACE
+                    )
+
+            if dispatcher is not None:
+                tg.start_soon(dispatch, dispatcher)
+            try:
+                metrics = await _await_metrics(channel, dispatcher)
+            except Exception as exc:
+                failure = exc
+        if dispatcher is not None:
+            dispatcher.cancel()  # partitions the plan never read still wait for credit
+        tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    if metrics is None:
+        assert send_failure is not None
+        raise send_failure
+    return metrics
+
+
+async def _await_metrics(channel: TaskChannel, dispatcher: FeedDispatcher | None) -> TaskMetrics:
+    async for message in channel.messages():
+        kind, value = betterproto2.which_one_of(message, "inner")
+        if kind == "feed_credits":
+            if dispatcher is None:
+                raise FeedError("protocol violation: feed credits for a task without feeds")
+            dispatcher.grant(value)
+        elif kind == "task_metrics":
+            metrics: TaskMetrics = value
+            return metrics
+        elif kind == "task_error":
+            raise from_detail(value)
+    return await channel.wait_metrics()  # the channel ended without metrics: raises why

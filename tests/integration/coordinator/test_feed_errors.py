@@ -1,0 +1,177 @@
+"""Feed failures end in a clear error at the caller, never a hang (each bounded by a timeout)."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+from helpers.feed_scan import (
+    BytesProvider,
+    Probe,
+    ProbeScanCodec,
+    ProbeScanEstimator,
+    coordinator_options,
+    feed_cluster,
+    feed_session_builder,
+    probe,
+    probe_scan,
+)
+from helpers.worker_plans import none_request
+
+from flightfeed._generated.flightfeed.v1 import (
+    SetPlanRequest,
+    SetPlanRequestWorkUnitFeedDeclaration,
+    TaskKey,
+)
+from flightfeed._version import __version__
+from flightfeed.coordinator import ChannelResolver, Coordinator, StaticWorkerResolver
+from flightfeed.errors import Cancelled, FeedError, RemoteError, VersionMismatch
+from flightfeed.feeds import FeedRegistry
+from flightfeed.plan import Coalesce, CodecRegistry, encode_plan
+from flightfeed.protocol import WorkerClient
+from flightfeed.testing import start_workers, tcp_proxy, wait_for_no_tasks
+from flightfeed.worker import WorkerConfig
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("at_unit", [0, 37])
+async def test_a_provider_error_reaches_the_caller_with_its_message(at_unit: int) -> None:
+    with probe() as found:
+        provider = BytesProvider([100] * 4, probe=found, fail_at={2: (at_unit, "page 7 expired")})
+        plan = Coalesce(probe_scan(provider, found))
+        async with feed_cluster(2, task_estimators={"ProbeScan": ProbeScanEstimator(2)}) as (
+            coordinator,
+            workers,
+        ):
+            with anyio.fail_after(10), pytest.raises(FeedError, match="page 7 expired") as info:
+                await coordinator.collect(plan)
+            with anyio.fail_after(1):
+                await wait_for_no_tasks(workers)
+            metrics = coordinator.metrics.latest
+    assert info.value.origin is not None
+    assert info.value.origin.worker_url == workers[1].location  # task 1 owns partition 2
+    assert metrics is not None
+    assert metrics.status == "failed"
+    assert "page 7 expired" in (metrics.error or "")
+    assert 2 in provider.closed
+
+
+async def test_a_feed_the_planner_cannot_find_fails_on_the_worker_not_silently() -> None:
+    # The node's kind has an estimator, so it is distributed, but nobody registered its feed:
+    # no partition is declared, and the worker's remote feed says so.
+    with probe() as found:
+        plan = Coalesce(probe_scan(BytesProvider([5, 5]), found))
+        async with feed_cluster(
+            1, feed_registry=FeedRegistry(), task_estimators={"ProbeScan": ProbeScanEstimator()}
+        ) as (coordinator, workers):
+            with anyio.fail_after(10), pytest.raises(FeedError, match="no feed inbox"):
+                await coordinator.collect(plan)
+            with anyio.fail_after(1):
+                await wait_for_no_tasks(workers)
+
+
+def declared_feed_plan(key: TaskKey, found: Probe) -> SetPlanRequest:
+    """A task that declares a feed for its two partitions, which nobody will ever feed."""
+    node = probe_scan(BytesProvider([1, 1]), found)
+    codecs = CodecRegistry.builtin().with_codec(ProbeScanCodec())
+    return SetPlanRequest(
+        task_key=key,
+        task_count=1,
+        plan_proto=encode_plan(node, codecs),
+        work_unit_feed_declarations=[
+            SetPlanRequestWorkUnitFeedDeclaration(id=node.feed.id, partitions=2)
+        ],
+    )
+
+
+async def test_a_declared_feed_never_produced_and_never_read_ends_at_the_idle_ttl() -> None:
+    config = WorkerConfig(idle_ttl=0.3)
+    async with (
+        start_workers(1, session_builder=feed_session_builder, config=config) as (worker,),
+        WorkerClient(worker.location) as client,
+    ):
+        key = TaskKey(query_id=uuid.uuid4().bytes, stage_id=1)
+        with probe() as found:
+            request = declared_feed_plan(key, found)
+        async with client.open_task(request) as channel:
+            with anyio.fail_after(10), pytest.raises(Cancelled, match="idle TTL"):
+                await channel.wait_metrics()
+        assert len(worker.registry) == 0
+
+
+async def test_a_declared_feed_whose_coordinator_goes_away_fails_its_consumer() -> None:
+    async with (
+        start_workers(1, session_builder=feed_session_builder) as (worker,),
+        WorkerClient(worker.location) as client,
+        anyio.create_task_group() as tg,
+    ):
+        key = TaskKey(query_id=uuid.uuid4().bytes, stage_id=1)
+        coordinator = anyio.CancelScope()
+
+        async def coordinator_that_never_dispatches(found: Probe) -> None:
+            with coordinator:
+                async with client.open_task(declared_feed_plan(key, found)):
+                    await anyio.sleep_forever()
+
+        with probe() as found:
+            tg.start_soon(coordinator_that_never_dispatches, found)
+            async with client.execute_task(none_request(key, 0, 2)) as reader:
+                while not len(worker.registry):
+                    await worker.registry.changed()
+                coordinator.cancel()  # it dies: its channel is reset
+                # The consumer hears it as its feed failing or its task being cancelled.
+                with anyio.fail_after(10), pytest.raises((FeedError, Cancelled)) as info:
+                    await reader.read_all()
+        assert "ended" in str(info.value) or "channel closed" in str(info.value)
+        with anyio.fail_after(1):
+            await wait_for_no_tasks([worker])
+
+
+async def test_a_worker_that_disconnects_mid_feed_fails_the_query_clearly() -> None:
+    with probe(delays={0: [1], 1: [1]}) as found:
+        provider = BytesProvider([10_000_000] * 2, probe=found)
+        plan = Coalesce(probe_scan(provider, found, every=1_000))
+        async with (
+            start_workers(1, session_builder=feed_session_builder) as (worker,),
+            tcp_proxy(worker.location) as proxy,
+            Coordinator(
+                StaticWorkerResolver([proxy.location]),
+                **coordinator_options(task_estimators={"ProbeScan": ProbeScanEstimator()}),
+            ) as coordinator,
+        ):
+
+            async def read_and_cut_after_two_batches() -> None:
+                batches = 0
+                async for _ in coordinator.execute(plan):
+                    batches += 1
+                    if batches == 2:
+                        await proxy.cut()  # the worker vanishes mid-feed
+
+            with anyio.fail_after(10), pytest.raises(RemoteError) as info:
+                await read_and_cut_after_two_batches()
+            with anyio.fail_after(1):
+                await wait_for_no_tasks([worker])  # and it dropped the task on its side too
+    assert info.value.origin is not None
+    assert info.value.origin.worker_url == proxy.location
+    assert info.value.origin.query_id
+    assert sorted(provider.closed) == [0, 1]
+
+
+async def test_a_worker_of_another_version_is_refused() -> None:
+    async with start_workers(1) as (worker,):
+        channels = ChannelResolver(expected_version="0.0.0-elsewhere")
+        with probe() as found:
+            plan = Coalesce(probe_scan(BytesProvider([1]), found))
+            async with Coordinator(
+                StaticWorkerResolver([worker.location]), **coordinator_options(channels=channels)
+            ) as coordinator:
+                with pytest.raises(VersionMismatch) as info:
+                    await coordinator.collect(plan)
+        await channels.aclose()
+    message = str(info.value)
+    assert worker.location in message
+    assert __version__ in message
+    assert "0.0.0-elsewhere" in message
+    assert channels.urls == []

@@ -1,0 +1,160 @@
+"""Distributed planning rules: where stages are cut, how many tasks, which partitions each
+task owns, and when a stage must stay one task to keep its result right."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+import pytest
+from helpers.feed_scan import (
+    ESTIMATORS,
+    SCAN_SCHEMA,
+    BytesProvider,
+    ProbeScan,
+    ProbeScanEstimator,
+    RemoteScan,
+    coordinator_options,
+    feed_registry,
+    probe,
+    probe_scan,
+    scan,
+)
+
+from flightfeed.coordinator import (
+    Coordinator,
+    DistributedPlanner,
+    NetworkCoalesce,
+    StaticWorkerResolver,
+    TaskEstimation,
+    TaskEstimator,
+    TaskEstimators,
+    format_distributed_plan,
+)
+from flightfeed.errors import InvalidArgument, NotFound
+from flightfeed.feeds import WorkUnitFeed
+from flightfeed.plan import (
+    Coalesce,
+    ExecutionPlan,
+    Filter,
+    Limit,
+    MemoryScan,
+    Partitioning,
+    Repartition,
+    Union,
+    call,
+    col,
+    lit,
+    pre_order,
+)
+
+
+def planner(estimators: Mapping[str | type, TaskEstimator] | None = None) -> DistributedPlanner:
+    chosen = estimators if estimators is not None else ESTIMATORS
+    return DistributedPlanner(feed_registry=feed_registry(), estimators=TaskEstimators(chosen))
+
+
+def kinds(plan: ExecutionPlan) -> list[str]:
+    return [node.name for node in pre_order(plan)]
+
+
+def eight() -> RemoteScan:
+    return scan(4, *(["1"] * 8))
+
+
+def test_the_lowest_coalesce_is_the_boundary_and_what_needs_all_rows_stays_local() -> None:
+    plan = Limit(
+        Coalesce(Limit(Coalesce(Filter(eight(), call("greater_equal", col("task"), lit(0)))), 5)), 3
+    )
+    distributed = planner().plan(plan, workers=2)
+    assert kinds(distributed.root) == ["Limit", "Coalesce", "Limit", "Coalesce", "NetworkCoalesce"]
+    (stage,) = distributed.stages
+    assert kinds(stage.plan) == ["Filter", "RemoteScan"]
+    assert stage.task_count == 4
+    assert stage.partitions_per_task == 2
+    feeds = [next(iter(t.feeds.values())).partitions for t in stage.tasks]
+    assert [list(p) for p in feeds] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+@pytest.mark.parametrize(
+    ("estimation", "workers", "partitions", "tasks"),
+    [
+        (TaskEstimation.desired(4), 2, 8, 4),  # desired: more tasks than workers is fine
+        (TaskEstimation.maximum(8), 3, 12, 3),  # a maximum is capped by the workers
+        (TaskEstimation.maximum(8), 3, 8, 2),  # ... and lowered to divide the partitions
+        (TaskEstimation.desired(16), 2, 8, 8),  # never more tasks than partitions
+        (TaskEstimation.desired(3), 2, 7, 1),
+    ],
+)
+def test_task_count(estimation: TaskEstimation, workers: int, partitions: int, tasks: int) -> None:
+    class Fixed(ProbeScanEstimator):
+        def task_estimation(self, plan: ExecutionPlan, /) -> TaskEstimation | None:
+            return estimation
+
+    with probe() as found:
+        plan = Coalesce(probe_scan(BytesProvider([1] * partitions), found))
+        (stage,) = planner({ProbeScan: Fixed()}).plan(plan, workers).stages
+    assert stage.task_count == tasks
+    assert stage.partitions_per_task * tasks == partitions
+
+
+def test_a_feed_leaf_without_an_estimator_runs_as_one_task_with_all_its_partitions() -> None:
+    with probe() as found:
+        plan = Coalesce(probe_scan(BytesProvider([1] * 5), found))
+        (stage,) = planner({}).plan(plan, workers=3).stages
+    assert stage.task_count == 1
+    (assignment,) = stage.tasks[0].feeds.values()
+    assert list(assignment.partitions) == [0, 1, 2, 3, 4]
+    assert "feed without a task estimation" in stage.note
+
+
+def test_a_leaf_that_cannot_be_split_keeps_its_stage_in_one_task() -> None:
+    table = pa.table([pa.array([9], pa.int64()), pa.array([9], pa.int64())], schema=SCAN_SCHEMA)
+    plan = Coalesce(Union([eight(), MemoryScan.from_table(table)]))
+    (stage,) = planner().plan(plan, workers=4).stages
+    assert stage.task_count == 1  # else every task would read the MemoryScan again
+    assert "MemoryScan cannot be split" in stage.note
+
+
+def test_a_node_that_mixes_partitions_keeps_its_stage_in_one_task() -> None:
+    plan = Coalesce(Repartition(eight(), Partitioning((col("task"),), 4)))
+    (stage,) = planner().plan(plan, workers=4).stages
+    assert stage.task_count == 1
+    assert "Repartition mixes partitions" in stage.note
+
+
+def test_plans_without_distributable_leaves_have_no_stage() -> None:
+    table = pa.table({"x": [1, 2, 3]})
+    plan = Coalesce(MemoryScan.from_table(table, 3))
+    distributed = planner().plan(plan, workers=2)
+    assert not distributed.stages
+    assert distributed.root is plan
+    assert format_distributed_plan(distributed).startswith("Coordinator\n  Coalesce")
+
+
+def test_a_scale_up_with_the_wrong_partition_count_is_refused() -> None:
+    class Wrong(ProbeScanEstimator):
+        def scale_up_leaf_node(self, plan: ExecutionPlan, task_count: int, /) -> ExecutionPlan:
+            assert isinstance(plan, ProbeScan)
+            return ProbeScan(plan.feed, 1, plan.total_partitions, plan.probe_name)
+
+    with probe() as found:
+        plan = Coalesce(probe_scan(BytesProvider([1] * 4), found))
+        with pytest.raises(InvalidArgument, match="must own 2"):
+            planner({ProbeScan: Wrong(2)}).plan(plan, workers=2)
+
+
+def test_a_remote_feed_handle_cannot_be_distributed() -> None:
+    remote = WorkUnitFeed.from_proto(eight().feed.to_proto(), bytes)
+    with probe() as found:
+        plan = Coalesce(ProbeScan(remote, 2, 2, found.name))
+        with pytest.raises(InvalidArgument, match="remote handle"):
+            planner({ProbeScan: ProbeScanEstimator()}).plan(plan, workers=1)
+
+
+@pytest.mark.anyio
+async def test_a_distributed_plan_without_workers_fails_clearly() -> None:
+    async with Coordinator(StaticWorkerResolver([]), **coordinator_options()) as coordinator:
+        with pytest.raises(NotFound, match="no workers"):
+            await coordinator.collect(Coalesce(eight()))
+    assert isinstance(planner().plan(Coalesce(eight()), 1).root.children[0], NetworkCoalesce)

@@ -1,0 +1,156 @@
+"""Query lifecycle on real workers: early exit and cancellation clean up everywhere, one
+connection per worker across queries, concurrent queries, and the metrics store."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import anyio
+import pyarrow as pa
+import pytest
+from helpers.feed_scan import (
+    BytesProvider,
+    ProbeScanEstimator,
+    coordinator_options,
+    feed_cluster,
+    feed_session_builder,
+    probe,
+    probe_scan,
+    scan,
+    scan_rows,
+)
+
+from flightfeed.coordinator import Coordinator, StaticWorkerResolver
+from flightfeed.errors import Cancelled
+from flightfeed.plan import Coalesce, HashAggregate, agg, col
+from flightfeed.testing import start_workers, tcp_proxy, wait_for_no_tasks
+
+pytestmark = pytest.mark.anyio
+
+
+def long_scan(provider: BytesProvider) -> Coalesce:
+    assert provider.probe is not None
+    return Coalesce(probe_scan(provider, provider.probe, every=100))
+
+
+async def test_leaving_the_loop_early_drops_every_task_on_every_worker() -> None:
+    with probe() as found:
+        provider = BytesProvider([1_000_000] * 4, probe=found)
+        async with feed_cluster(2, task_estimators={"ProbeScan": ProbeScanEstimator(2)}) as (
+            coordinator,
+            workers,
+        ):
+            async for batch in coordinator.execute(long_scan(provider)):
+                assert batch.num_rows
+                break  # no `async with`: dropping the stream must be enough
+            with anyio.fail_after(1):
+                await wait_for_no_tasks(workers)
+            metrics = coordinator.metrics.latest
+            assert metrics is not None
+            with anyio.fail_after(1):
+                await metrics.wait_finished()
+        assert metrics.status == "cancelled"
+        assert {t.status for t in metrics.tasks.values()} == {"cancelled"}
+        assert sorted(provider.closed) == [0, 1, 2, 3]
+
+
+async def test_cancelling_the_consumer_cancels_the_query_even_with_a_stuck_provider() -> None:
+    with probe() as found:
+        provider = BytesProvider([1_000_000, 5], probe=found, hang={0})
+        async with feed_cluster(1) as (coordinator, workers):
+            with anyio.CancelScope() as scope:
+                async with coordinator.execute(long_scan(provider)) as stream:
+                    async for _ in stream:
+                        scope.cancel()  # e.g. the caller's deadline
+            assert scope.cancelled_caught
+            with anyio.fail_after(1):
+                await wait_for_no_tasks(workers)
+        assert sorted(provider.closed) == [0, 1]
+
+
+async def test_queries_share_one_connection_per_worker_and_run_concurrently() -> None:
+    args = (2, "3,1", "2", "4", "1,1")
+    async with start_workers(2, session_builder=feed_session_builder) as workers:
+        async with (
+            tcp_proxy(workers[0].location) as first,
+            tcp_proxy(workers[1].location) as second,
+            Coordinator(
+                StaticWorkerResolver([first.location, second.location]), **coordinator_options()
+            ) as coordinator,
+        ):
+            results: list[pa.Table] = []
+
+            async def query() -> None:
+                results.append(await coordinator.collect(Coalesce(scan(*args))))
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(4):
+                    tg.start_soon(query)
+            await query()
+            assert sorted(coordinator.channels.urls) == sorted([first.location, second.location])
+        assert first.connections == second.connections == 1
+    expected = scan_rows(*args).sort_by("partition")
+    assert len(results) == 5
+    assert all(r.sort_by("partition").equals(expected) for r in results)
+
+
+async def test_metrics_give_units_sent_and_received_and_latency_per_partition() -> None:
+    counts = [40, 0, 25, 7]
+    with probe() as found:
+        provider = BytesProvider(counts, probe=found)
+        source = probe_scan(provider, found)
+        plan = HashAggregate(
+            Coalesce(source), [(col("partition"), "partition")], [agg("count", name="n")]
+        )
+        async with feed_cluster(2, task_estimators={"ProbeScan": ProbeScanEstimator(2)}) as (
+            coordinator,
+            workers,
+        ):
+            async with coordinator.execute(plan) as stream:
+                table = pa.Table.from_batches([b async for b in stream])
+            metrics = coordinator.metrics[stream.query_id]
+    assert dict(zip(*table.sort_by("partition").to_pydict().values(), strict=True)) == {
+        p: n for p, n in enumerate(counts) if n
+    }
+    assert metrics.status == "finished"
+    feeds = metrics.feed_partitions()
+    assert sorted(p for _, p in feeds) == [0, 1, 2, 3]
+    for (feed_id, partition), part in feeds.items():
+        assert feed_id == source.feed.id
+        n = counts[partition]
+        assert part.units_pulled == part.units_sent == n
+        assert part.units_received == part.units_consumed == n
+        assert part.task_number == partition // 2
+        assert part.worker_url == workers[partition // 2].location
+        for latency in (part.created_to_received, part.created_to_processed):
+            assert latency.count == n
+            assert 0 <= latency.p50_ns <= latency.p95_ns <= latency.p99_ns
+            assert (latency.p99_ns > 0) == (n > 0)
+    rows = Counter[int]()
+    for (stage, task), record in metrics.tasks.items():
+        assert stage == 1
+        assert record.status == "finished"
+        assert record.plan_metrics  # the worker's per-node metrics, in pre-order
+        rows[task] = record.output_rows(0)
+    assert rows == {0: 40, 1: 32}
+    assert [m.node_name for m in metrics.coordinator_nodes] == [
+        "HashAggregate",
+        "Coalesce",
+        "NetworkCoalesce",
+    ]
+    assert metrics.coordinator_nodes[2].output_rows == 72
+
+
+async def test_closing_the_coordinator_cancels_its_queries_loudly() -> None:
+    with probe() as found:
+        provider = BytesProvider([1_000_000], probe=found)
+        async with start_workers(1, session_builder=feed_session_builder) as workers:
+            resolver = StaticWorkerResolver([workers[0].location])
+            async with Coordinator(resolver, **coordinator_options()) as coordinator:
+                stream = coordinator.execute(long_scan(provider))
+                await anext(stream)
+            with anyio.fail_after(1):
+                await wait_for_no_tasks(workers)
+            with pytest.raises(Cancelled, match="the coordinator closed"):
+                async for _ in stream:  # what was buffered, then the reason it stopped
+                    pass

@@ -1,0 +1,100 @@
+"""The seed's work_unit_feed example on real workers: same rows as the one-process run."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from helpers.feed_scan import coordinator_session, feed_cluster, scan, scan_rows
+
+from flightfeed.plan import (
+    AggregateMode,
+    Coalesce,
+    ExecutionPlan,
+    HashAggregate,
+    agg,
+    col,
+    collect,
+    open_task_context,
+)
+
+pytestmark = pytest.mark.anyio
+
+SEED_ARGS = (2, "3,1", "2", "4", "1,1")
+
+
+async def run_locally(plan: ExecutionPlan) -> pa.Table:
+    async with open_task_context(coordinator_session()) as ctx:
+        return await collect(plan, ctx)
+
+
+def count_by_task(source: ExecutionPlan) -> ExecutionPlan:
+    """SELECT count(*) AS cnt, task FROM scan(...) GROUP BY task."""
+    return HashAggregate(Coalesce(source), [(col("task"), "task")], [agg("count", name="cnt")])
+
+
+async def test_seed_query_matches_the_one_process_run() -> None:
+    reference = (await run_locally(count_by_task(scan(*SEED_ARGS)))).sort_by("task")
+    assert reference.to_pydict() == {"task": [0, 1], "cnt": [6, 6]}
+    async with feed_cluster() as (coordinator, workers):
+        result = await coordinator.collect(count_by_task(scan(*SEED_ARGS)))
+        metrics = coordinator.metrics.latest
+    assert result.sort_by("task").equals(reference)
+    assert metrics is not None
+    assert metrics.status == "finished"
+    assert sorted(metrics.tasks) == [(1, 0), (1, 1)]
+    assert {r.worker_url for r in metrics.tasks.values()} == {w.location for w in workers}
+
+
+async def test_partial_aggregation_runs_on_the_workers() -> None:
+    def two_phase(source: ExecutionPlan) -> ExecutionPlan:
+        keys, aggregates = [(col("task"), "task")], [agg("count", name="cnt")]
+        partial = HashAggregate(source, keys, aggregates, mode=AggregateMode.PARTIAL)
+        return HashAggregate(Coalesce(partial), keys, aggregates, mode=AggregateMode.FINAL)
+
+    reference = await run_locally(two_phase(scan(*SEED_ARGS)))
+    async with feed_cluster() as (coordinator, _):
+        distributed = coordinator.plan(two_phase(scan(*SEED_ARGS)), 2)
+        result = await coordinator.collect(two_phase(scan(*SEED_ARGS)))
+    assert result.sort_by("task").equals(reference.sort_by("task"))
+    (stage,) = distributed.stages
+    assert stage.plan.name == "HashAggregate"
+    assert stage.task_count == 2
+
+
+@pytest.mark.parametrize(("tasks", "workers"), [(1, 1), (2, 3), (4, 2), (8, 3)])
+async def test_plain_scan_over_several_tasks_and_workers(tasks: int, workers: int) -> None:
+    partitions = [f"{p % 3 + 1},{p % 5}" for p in range(8)]
+    plan = Coalesce(scan(tasks, *partitions))
+    expected = scan_rows(tasks, *partitions).sort_by([("partition", "ascending")])
+    assert (await run_locally(plan)).sort_by("partition").equals(expected)
+    async with feed_cluster(workers) as (coordinator, found):
+        result = await coordinator.collect(plan)
+        metrics = coordinator.metrics.latest
+    assert result.sort_by("partition").equals(expected)
+    assert metrics is not None
+    assert len(metrics.tasks) == tasks
+    assert {r.worker_url for r in metrics.tasks.values()} == {
+        w.location for w in found[: min(tasks, workers)]
+    }
+
+
+async def test_plans_without_a_boundary_run_on_the_coordinator() -> None:
+    plan = scan(*SEED_ARGS)  # no Coalesce above the leaf: nothing to distribute
+    async with feed_cluster() as (coordinator, _workers):
+        assert not coordinator.plan(plan, 2).stages
+        result = await coordinator.collect(plan)
+        metrics = coordinator.metrics.latest
+    assert result.sort_by("partition").equals(scan_rows(*SEED_ARGS))
+    assert metrics is not None
+    assert not metrics.tasks
+
+
+async def test_the_distributed_plan_display_shows_stages_tasks_and_workers() -> None:
+    async with feed_cluster() as (coordinator, workers):
+        text = await coordinator.explain(count_by_task(scan(*SEED_ARGS)))
+    assert "NetworkCoalesce(stage=1, tasks=2, partitions_per_task=2)" in text
+    assert "Stage 1: 2 tasks (RemoteScan: desired 2), 2 output partitions per task" in text
+    for task, worker in enumerate(workers):
+        assert f"task {task} on {worker.location}, feed " in text
+        assert f"partitions {2 * task}..{2 * task + 1}" in text
+    assert "RemoteScan(tasks=2, partitions=2, chunks=[[3, 1], [2], [4], [1, 1]])" in text
