@@ -304,6 +304,16 @@ class FeedInbox:
             slot.buffered = 0
             slot.wake()
 
+    def sender_done(self) -> None:
+        """The coordinator will send nothing more: partitions it did not end fail now (their
+        consumers would otherwise wait for units that cannot come); buffered units still drain."""
+        for slot in self._slots.values():
+            if not slot.ended and slot.error is None:
+                slot.error = FeedError(
+                    f"{slot}: the coordinator closed the channel before the feed ended"
+                )
+                slot.wake()
+
     def close(self) -> None:
         """No more grants will be sent (the task is over); consumers still drain their buffers."""
         self.credit_grants._close(drop=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
+from functools import partial
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import urlparse
@@ -43,6 +44,7 @@ from .grpc import GrpcChannel, RawBytes
 from .schema import schema_from_ipc
 from .status import from_grpc_error
 from .streams import FlightDataReader, FlightDataWriter
+from .wakeup import forget_wakeup_cancel as _forget
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 SERVICE = "/arrow.flight.protocol.FlightService/"
@@ -118,17 +120,8 @@ def status_checker(stream: grpclib.client.Stream[Any, Any]) -> Any:
 
 
 def forget_wakeup_cancel(stream: Any, task: Any, baseline: int) -> None:
-    """Undo grpclib's wake-up cancellation once it has been turned into an error.
-
-    grpclib wakes a call waiting on a stream that was reset by `task.cancel()` and converts
-    the CancelledError into StreamTerminatedError, but leaves the cancel request counted on
-    the task; anyio would later take it for a real cancellation of the caller.
-    """
-    wrapper = getattr(stream, "_wrapper", None)
-    if task is None or wrapper is None or not wrapper.cancelled:
-        return
-    while task.cancelling() > baseline:
-        task.uncancel()
+    """See flight/wakeup.py: undo grpclib's wake-up cancel on this call's task."""
+    _forget(getattr(stream, "_wrapper", None), task, baseline)
 
 
 class DoGetCall:
@@ -155,6 +148,7 @@ class DoGetCall:
             before_first_read=stream.recv_initial_metadata,
             guard=stream._wrapper,
             at_end=status_checker(stream),
+            translate=partial(call_error, stream),
         )
         return self._reader
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import grpclib.client
@@ -92,6 +93,16 @@ class GrpcServer(grpclib.server.Server):
         apply_process_tuning()
         super().__init__(handlers, codec=MessageCodec(max_message_size), config=grpc_config())
         self._mapping = _MethodsOrUnimplemented(self._mapping)
+        self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+
+    def close_connections(self) -> None:
+        """Close every open client connection. grpclib's close() stops the listener and
+        cancels handlers but leaves the TCP connections open, so clients would keep waiting;
+        closing them makes every client see the connection go."""
+        for protocol in list(self._protocols):
+            connection = getattr(protocol, "connection", None)
+            if connection is not None:
+                connection.close()
 
     def _protocol_factory(self) -> H2Protocol:
         self.__gc_step__()
@@ -99,7 +110,9 @@ class GrpcServer(grpclib.server.Server):
             self._mapping, self._codec, self._status_details_codec, self.__dispatch__
         )
         self._handlers.add(handler)
-        return TunedH2Protocol(handler, self._config, self._h2_config)
+        protocol = TunedH2Protocol(handler, self._config, self._h2_config)
+        self._protocols.add(protocol)
+        return protocol
 
 
 class GrpcChannel(grpclib.client.Channel):

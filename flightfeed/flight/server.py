@@ -319,6 +319,7 @@ class FlightServer:
             self._started = False
             self._grpc.close()
             await self._grpc.wait_closed()
+            self._grpc.close_connections()
 
     async def serve_forever(self) -> None:
         """Run until cancelled; the server is closed on the way out."""

@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pyarrow as pa
+from grpclib.exceptions import StreamTerminatedError
 from grpclib.protocol import Stream as H2Stream
 
 from .._generated.arrow.flight.protocol import FlightDescriptor
-from ..errors import InvalidArgument
+from ..errors import Cancelled, InvalidArgument
 from .codec import FlightDataDecoder, FlightDataEncoder, decode_flight_data, encode_flight_data
+from .wakeup import cancel_baseline, forget_wakeup_cancel
 from .wire import DEFAULT_MAX_MESSAGE_SIZE, recv_raw, send_encoded
 
 
@@ -90,11 +92,14 @@ class FlightDataReader:
         before_first_read: Any = None,
         guard: Any = None,
         at_end: Any = None,
+        translate: Any = None,
     ) -> None:
         self._stream = stream
         # Called once at end of stream (client side: read the status, so a failed call raises
         # at the read that reached the end, not later when the call is closed).
         self._at_end = at_end
+        # Client side: turns grpclib's StreamTerminatedError into the call's FlightfeedError.
+        self._translate = translate
         # grpclib interrupts waits inside a call's wrapper when the connection dies; raw reads
         # must wait inside it too, or a closed channel would leave them waiting forever.
         self._guard = guard
@@ -132,8 +137,15 @@ class FlightDataReader:
             hook, self._before_first_read = self._before_first_read, None
             await hook()
         if self._guard is not None:
-            with self._guard:
-                data = await recv_raw(self._stream, self._max)
+            task, baseline = cancel_baseline()
+            try:
+                with self._guard:
+                    data = await recv_raw(self._stream, self._max)
+            except StreamTerminatedError as exc:
+                forget_wakeup_cancel(self._guard, task, baseline)
+                if self._translate is None:
+                    raise Cancelled(f"stream terminated: {exc}") from None
+                raise self._translate(exc) from None
         else:
             data = await recv_raw(self._stream, self._max)
         if data is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
+from functools import partial
 from typing import Any
 
 import anyio
@@ -43,6 +44,7 @@ from ..flight.status import from_detail
 from ..flight.streams import FlightDataReader
 
 SERVICE = "/flightfeed.v1.WorkerService/"
+HALF_CLOSE_TIMEOUT = 5.0
 
 
 class TaskChannel:
@@ -71,7 +73,11 @@ class TaskChannel:
             return
         self._closed = True
         if self._stream._stream.closable:
-            with suppress(StreamClosedError, StreamTerminatedError):
+            # Bounded: a worker that stopped reading must not hold the caller forever.
+            with (
+                anyio.move_on_after(HALF_CLOSE_TIMEOUT),
+                suppress(StreamClosedError, StreamTerminatedError),
+            ):
                 await self._stream.end()
         else:
             # The worker closed the call already: nothing can be sent, so the outgoing side
@@ -165,6 +171,7 @@ class WorkerClient(FlightClient):
                 before_first_read=stream.recv_initial_metadata,
                 guard=stream._wrapper,
                 at_end=status_checker(stream),
+                translate=partial(call_error, stream),
             )
             yield reader
             await cancel_if_unfinished(stream, reader)

@@ -70,6 +70,8 @@ async def _control_messages(
             raise InvalidArgument(f"task {task.key} already has a plan")
         else:
             raise InvalidArgument(f"unexpected CoordinatorChannel message {kind or 'empty'}")
+    if inbox is not None:
+        inbox.sender_done()  # half-closed: no more units can come for unfinished partitions
 
 
 async def _forward_credits(stream: grpclib.server.Stream[Any, Any], inbox: FeedInbox) -> None:

@@ -624,3 +624,32 @@ async def test_client_closed_while_reading_raises_a_flightfeed_error(
         with anyio.fail_after(5), pytest.raises(FlightfeedError):  # fail_after guards a hang
             await close_while_reading()
         await assert_serves(location, handler)
+
+
+async def test_server_close_reaches_a_client_mid_stream() -> None:
+    """Closing a server ends its connections: a client mid-DoGet gets an error, not a hang."""
+    from helpers.flight import StoreHandler
+
+    from flightfeed.flight import FlightServer
+
+    class Endless(StoreHandler):
+        async def do_get(self, ctx: CallContext, ticket: bytes, writer: FlightDataWriter) -> None:
+            batch = pa.record_batch({"x": pa.array(range(1000))})
+            while True:
+                await writer.write(batch)
+
+    server = FlightServer(Endless())
+    await server.start()
+    try:
+        async with FlightClient(server.location) as client, client.do_get(b"x") as reader:
+            assert await reader.next() is not None
+            await server.close()
+            with anyio.fail_after(10), pytest.raises(FlightfeedError, match="Connection lost"):
+                await _drain(reader)
+    finally:
+        await server.close()
+
+
+async def _drain(reader: Any) -> None:
+    while await reader.next() is not None:
+        pass

@@ -209,3 +209,34 @@ def test_bad_declarations_are_invalid_arguments(
 ) -> None:
     with pytest.raises(InvalidArgument):
         FeedInbox(declarations, credits=credits)
+
+
+@pytest.mark.anyio
+async def test_sender_done_fails_only_unended_partitions_after_draining() -> None:
+    from flightfeed._generated.flightfeed.v1 import FeedPartitionEnd, WorkUnit, WorkUnitBatch
+    from flightfeed.errors import FeedError
+    from flightfeed.feeds import FeedInbox
+
+    feed = b"f" * 16
+    inbox = FeedInbox([(feed, 2)], credits=8)
+    inbox.deliver(
+        WorkUnitBatch(
+            batch=[
+                WorkUnit(id=feed, partition=0, body=b"a"),
+                WorkUnit(id=feed, partition=1, body=b"b"),
+                WorkUnit(id=feed, partition=1, body=b"c"),
+            ],
+            ends=[FeedPartitionEnd(id=feed, partition=0)],
+        )
+    )
+    inbox.sender_done()  # the coordinator half-closed: partition 1 never got its end
+    assert [body async for body in inbox.bodies(feed, 0)] == [b"a"]
+    received: list[bytes] = []
+
+    async def consume() -> None:
+        async for body in inbox.bodies(feed, 1):
+            received.append(body)  # noqa: PERF401 - keep what arrived before the error
+
+    with pytest.raises(FeedError, match="closed the channel before the feed ended"):
+        await consume()
+    assert received == [b"b", b"c"]  # buffered units drained first
