@@ -122,6 +122,7 @@ class Coordinator:
         feed_batch_bytes: int | None = None,
         feed_linger: float | None = None,
         keep_delivery_log: bool = True,
+        delivery_log_limit: int | None = None,
         metrics: MetricsStore | None = None,
     ) -> None:
         self.resolver = resolver
@@ -140,6 +141,7 @@ class Coordinator:
             max_batch_bytes=feed_batch_bytes or defaults.max_batch_bytes,
             linger=defaults.linger if feed_linger is None else feed_linger,
             keep_delivery_log=keep_delivery_log,
+            delivery_log_limit=delivery_log_limit or defaults.delivery_log_limit,
         )
         self.metrics = metrics if metrics is not None else MetricsStore()
         self._tg: TaskGroup | None = None

@@ -19,6 +19,7 @@ import betterproto2
 from .._generated.flightfeed.v1 import SetPlanRequest, TaskMetrics, WorkUnitBatch
 from ..errors import FeedError
 from ..feeds import (
+    DEFAULT_DELIVERY_LOG_LIMIT,
     DEFAULT_LINGER_SECONDS,
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_UNITS,
@@ -44,6 +45,7 @@ class DispatchOptions:
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
     linger: float = DEFAULT_LINGER_SECONDS
     keep_delivery_log: bool = True
+    delivery_log_limit: int = DEFAULT_DELIVERY_LOG_LIMIT
 
 
 class _Sender:
@@ -111,6 +113,7 @@ async def _run(
             max_batch_bytes=options.max_batch_bytes,
             linger=options.linger,
             keep_log=options.keep_delivery_log,
+            log_limit=options.delivery_log_limit,
         )
         set_plan.work_unit_feed_declarations = dispatcher.declarations()
         run.dispatcher = dispatcher

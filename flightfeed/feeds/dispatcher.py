@@ -75,6 +75,8 @@ class _Out:
         "finished",
         "global_partition",
         "log",
+        "log_dropped",
+        "logged",
         "mark_sent",
         "partition",
         "pending_bytes",
@@ -104,6 +106,8 @@ class _Out:
         self.pulled = 0
         self.sent = 0
         self.log: list[tuple[list[bytes], list[int], int]] | None = [] if log else None
+        self.logged = 0
+        self.log_dropped = False  # went past the log limit: this partition cannot be replayed
         self.scope: anyio.CancelScope | None = None
 
     @property
@@ -112,6 +116,10 @@ class _Out:
 
     def __repr__(self) -> str:
         return f"feed {self.feed_id.hex()} partition {self.partition}"
+
+
+DEFAULT_DELIVERY_LOG_LIMIT = 100_000
+"""Units logged per partition for replay; past it the log is dropped so memory stays bounded."""
 
 
 class FeedDispatcher:
@@ -127,6 +135,7 @@ class FeedDispatcher:
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         linger: float = DEFAULT_LINGER_SECONDS,
         keep_log: bool = True,
+        log_limit: int = DEFAULT_DELIVERY_LOG_LIMIT,
         packed: bool = True,
     ) -> None:
         if max_batch_units < 1 or max_batch_bytes < 1 or linger < 0:
@@ -137,6 +146,7 @@ class FeedDispatcher:
         self._max_bytes = max_batch_bytes
         self._linger = linger
         self._packed = packed
+        self._log_limit = log_limit
         self._feeds = dict(feeds)
         self._slots: dict[tuple[bytes, int], _Out] = {}
         for feed_id, (provider, partitions) in self._feeds.items():
@@ -342,7 +352,12 @@ class FeedDispatcher:
         for slot, bodies, created in taken:
             slot.sent += len(bodies)
             if slot.log is not None:
-                slot.log.append((bodies, created, sent_ns))
+                slot.logged += len(bodies)
+                if slot.logged > self._log_limit:  # bounded memory beats replayability
+                    slot.log = None
+                    slot.log_dropped = True
+                else:
+                    slot.log.append((bodies, created, sent_ns))
         return encode_batch(runs, sent_ns, ends, errors, packed=self._packed)
 
     def _fit(self, slot: _Out, room: int, byte_room: int, *, first: bool) -> int:
@@ -396,6 +411,11 @@ class FeedDispatcher:
     def replay(self, feed_id: bytes, partition: int) -> list[WorkUnit]:
         """Every unit sent for a partition so far, as sent; FeedError once the log is gone."""
         slot = self._slot(feed_id, partition)
+        if slot.log_dropped:
+            raise FeedError(
+                f"{slot}: delivery log dropped after {self._log_limit} units "
+                "(the partition cannot be replayed; raise the log limit to keep it)"
+            )
         if slot.log is None:
             raise FeedError(f"{slot}: no delivery log (partition finished or logging disabled)")
         return [

@@ -59,12 +59,12 @@ async def test_an_unread_partition_stops_its_provider_while_the_others_finish() 
 
 
 async def test_a_huge_feed_with_a_slow_consumer_stays_bounded_by_the_credits() -> None:
-    credits, partitions, enough = 64, 2, 200_000
+    credits, partitions, enough, log_limit = 64, 2, 200_000, 10_000
     with probe(delays={p: [1] for p in range(partitions)}) as found:
         provider = BytesProvider([10_000_000] * partitions, probe=found)
         scan = probe_scan(provider, found, every=5_000)
-        async with feed_cluster(
-            1, config=WorkerConfig(feed_credits=credits), keep_delivery_log=False
+        async with feed_cluster(  # delivery log on, capped: coordinator memory stays bounded
+            1, config=WorkerConfig(feed_credits=credits), delivery_log_limit=log_limit
         ) as (coordinator, workers):
             taken = 0
             async with coordinator.execute(Coalesce(scan)) as stream:
@@ -72,6 +72,9 @@ async def test_a_huge_feed_with_a_slow_consumer_stays_bounded_by_the_credits() -
                     taken += pa.compute.sum(batch.column("units")).as_py()
                     if taken >= enough:
                         break
+                for p in range(partitions):
+                    with pytest.raises(FeedError, match="delivery log dropped after"):
+                        stream.delivery_log(scan.feed.id, p)
                 metrics = stream.metrics
                 assert metrics is not None
                 sending = metrics.feed_partitions()
