@@ -17,143 +17,57 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 import anyio
 import pyarrow as pa
 
-from flightfeed._generated.flightfeed.v1 import OutputRows, WorkUnitFeedProto
+from flightfeed._generated.flightfeed.v1 import WorkUnitFeedProto
 from flightfeed.coordinator import Coordinator, TaskEstimation, TaskEstimator
 from flightfeed.errors import InvalidArgument, PlanDecodeError
+from flightfeed.examples.chunk_scan import (  # the seed example lives in the package
+    SCAN_SCHEMA,
+    Chunk,
+    ChunkFeedProvider,
+    RemoteScan,
+    RemoteScanCodec,
+    RemoteScanEstimator,
+    parse_chunks,
+    scan,
+    scan_rows,
+    to_global_partition,
+)
 from flightfeed.feeds import FEED_INBOX_KEY, FeedInbox, FeedRegistry, WorkUnitFeed
 from flightfeed.plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
 from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
 from flightfeed.testing import start_cluster
 from flightfeed.worker import Worker, WorkerConfig
 
-Chunk: TypeAlias = OutputRows
-"""The seed's `Chunk { n_rows }`: any betterproto2 message works as a unit."""
+__all__ = [  # the seed example, re-exported for tests, and the probes defined here
+    "ESTIMATORS",
+    "SCAN_SCHEMA",
+    "BytesProvider",
+    "Chunk",
+    "ChunkFeedProvider",
+    "Probe",
+    "ProbeScan",
+    "ProbeScanCodec",
+    "ProbeScanEstimator",
+    "RemoteScan",
+    "RemoteScanCodec",
+    "RemoteScanEstimator",
+    "coordinator_options",
+    "feed_cluster",
+    "feed_registry",
+    "feed_session_builder",
+    "parse_chunks",
+    "probe",
+    "probe_scan",
+    "scan",
+    "scan_rows",
+]
 
-SCAN_SCHEMA = pa.schema([pa.field("task", pa.int64(), False), pa.field("partition", pa.int64())])
 PROBE_SCHEMA = pa.schema([("partition", pa.int64()), ("body", pa.binary()), ("units", pa.int64())])
-
-
-# -- the seed's example ---------------------------------------------------------------------------
-
-
-@dataclass
-class ChunkFeedProvider:
-    """Per partition, one Chunk per listed size; `delay` pretends to poll a remote source."""
-
-    per_partition_chunks: list[list[int]]
-    task_count: int
-    delay: float = 0.0
-    unit_type: type[Chunk] = Chunk
-
-    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[Chunk]:
-        for n_rows in self.per_partition_chunks[partition]:
-            if self.delay:
-                await anyio.sleep(self.delay)
-            yield Chunk(value=n_rows)
-
-
-class RemoteScan(PlanNodeBase):
-    """The seed's RemoteScanExec: each chunk of n rows becomes n rows (task, partition)."""
-
-    name = "RemoteScan"
-
-    def __init__(
-        self, feed: WorkUnitFeed[Chunk], partitions: int, total_partitions: int, task_count: int
-    ) -> None:
-        self.feed = feed
-        self.partitions = partitions
-        self.total_partitions = total_partitions
-        self.task_count = task_count
-
-    @property
-    def schema(self) -> pa.Schema:
-        return SCAN_SCHEMA
-
-    @property
-    def output_partitions(self) -> int:
-        return self.partitions
-
-    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
-        global_partition = _global(partition, self.partitions, self.total_partitions, ctx)
-        task = global_partition // max(1, self.total_partitions // self.task_count)
-        async for chunk in self.feed.feed(partition, ctx):
-            n = chunk.value
-            yield pa.record_batch(
-                [pa.array([task] * n, pa.int64()), pa.array([global_partition] * n, pa.int64())],
-                schema=SCAN_SCHEMA,
-            )
-
-    def __repr__(self) -> str:
-        provider = self.feed.inner()
-        chunks = ""
-        if isinstance(provider, ChunkFeedProvider):
-            chunks = f", chunks={provider.per_partition_chunks}"
-        return f"RemoteScan(tasks={self.task_count}, partitions={self.partitions}{chunks})"
-
-
-class RemoteScanCodec:
-    """Only the feed handle travels (`to_proto`); the worker gets a remote feed."""
-
-    kinds = (RemoteScan.name,)
-
-    def encode(self, node: ExecutionPlan, /) -> bytes:
-        if not isinstance(node, RemoteScan):
-            raise InvalidArgument(f"RemoteScanCodec cannot encode {node.name}")
-        head = struct.pack("<III", node.partitions, node.total_partitions, node.task_count)
-        return head + bytes(node.feed.to_proto())
-
-    def decode(
-        self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
-    ) -> ExecutionPlan:
-        if len(payload) < 12 or children:
-            raise PlanDecodeError("bad RemoteScan payload")
-        partitions, total, tasks = struct.unpack_from("<III", payload)
-        feed = WorkUnitFeed.from_proto(WorkUnitFeedProto.parse(payload[12:]), Chunk)
-        return RemoteScan(feed, partitions, total, tasks)
-
-
-class RemoteScanEstimator:
-    """The seed's RemoteScanTaskEstimator: the scan's task count; P/T partitions per task."""
-
-    def task_estimation(self, plan: ExecutionPlan, /) -> TaskEstimation | None:
-        if not isinstance(plan, RemoteScan):
-            return None
-        return TaskEstimation.desired(plan.task_count)
-
-    def scale_up_leaf_node(self, plan: ExecutionPlan, task_count: int, /) -> ExecutionPlan | None:
-        if not isinstance(plan, RemoteScan):
-            return None
-        per_task = plan.total_partitions // task_count
-        return RemoteScan(plan.feed, per_task, plan.total_partitions, plan.task_count)
-
-
-def parse_chunks(spec: str) -> list[int]:
-    return [int(item) for item in spec.split(",") if item.strip()]
-
-
-def scan(task_count: int, *partitions: str, delay: float = 0.0) -> RemoteScan:
-    """`scan(task_count, 'chunks_p0', 'chunks_p1', ...)` as in the seed's SQL."""
-    chunks = [parse_chunks(spec) for spec in partitions]
-    if task_count < 1 or len(chunks) % task_count:
-        raise InvalidArgument("the partition count must be a non-zero multiple of task_count")
-    feed = WorkUnitFeed.new(ChunkFeedProvider(chunks, task_count, delay))
-    return RemoteScan(feed, len(chunks), len(chunks), task_count)
-
-
-def scan_rows(task_count: int, *partitions: str) -> pa.Table:
-    """What `scan(...)` yields, computed directly: (task, partition) per row."""
-    chunks = [parse_chunks(spec) for spec in partitions]
-    per_task = len(chunks) // task_count
-    rows = [(p // per_task, p) for p, sizes in enumerate(chunks) for _ in range(sum(sizes))]
-    return pa.table(
-        [pa.array([r[0] for r in rows], pa.int64()), pa.array([r[1] for r in rows], pa.int64())],
-        schema=SCAN_SCHEMA,
-    )
 
 
 # -- probes ---------------------------------------------------------------------------------------
@@ -286,7 +200,9 @@ class ProbeScan(PlanNodeBase):
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
         found = PROBES[self.probe_name]
-        global_partition = _global(partition, self.partitions, self.total_partitions, ctx)
+        global_partition = to_global_partition(
+            partition, self.partitions, self.total_partitions, ctx
+        )
         gate = found.gates.get(global_partition)
         if gate is not None:
             await gate.wait()
@@ -384,11 +300,6 @@ async def feed_session_builder(ctx: WorkerQueryContext) -> Session:
 
 def coordinator_session() -> Session:
     return SessionStateBuilder().with_codec(RemoteScanCodec()).with_codec(ProbeScanCodec()).build()
-
-
-def _global(partition: int, partitions: int, total: int, ctx: TaskContext) -> int:
-    """The global partition of a task-local one (a scaled node holds P/T of P partitions)."""
-    return ctx.task_number * partitions + partition if partitions < total else partition
 
 
 def coordinator_options(**overrides: Any) -> dict[str, Any]:

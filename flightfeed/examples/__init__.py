@@ -1,0 +1,1 @@
+"""Runnable examples that double as templates (see chunk_scan for a feed-backed leaf)."""

@@ -1,0 +1,170 @@
+"""The seeds' work_unit_feed example as a library module: a template for feed-backed leaves.
+
+`scan(task_count, '3,1', '2', '4', '1,1')` is a leaf whose work is discovered at runtime: a
+ChunkFeedProvider on the coordinator "discovers" chunks of n rows per partition and streams
+them to the workers; the RemoteScan node turns each chunk into n rows (task, partition). It
+wires the four pieces every feed-backed leaf needs: a WorkUnitFeedProvider, a node holding a
+WorkUnitFeed, a PlanCodec (only the feed handle travels) and a TaskEstimator, plus
+`chunk_feed_registry()` so planners find the feed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import anyio
+import pyarrow as pa
+
+from .._generated.flightfeed.v1 import OutputRows, WorkUnitFeedProto
+from ..coordinator import TaskEstimation
+from ..errors import InvalidArgument, PlanDecodeError
+from ..feeds import FeedRegistry, WorkUnitFeed
+from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
+from ..session import Session, SessionStateBuilder, WorkerQueryContext
+
+Chunk: TypeAlias = OutputRows
+"""The seed's `Chunk { n_rows }`: any betterproto2 message works as a work unit."""
+
+SCAN_SCHEMA = pa.schema([pa.field("task", pa.int64(), False), pa.field("partition", pa.int64())])
+
+
+@dataclass
+class ChunkFeedProvider:
+    """Per partition, one Chunk per listed size; `delay` pretends to poll a remote source."""
+
+    per_partition_chunks: list[list[int]]
+    task_count: int
+    delay: float = 0.0
+    unit_type: type[Chunk] = Chunk
+
+    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[Chunk]:
+        for n_rows in self.per_partition_chunks[partition]:
+            if self.delay:
+                await anyio.sleep(self.delay)
+            yield Chunk(value=n_rows)
+
+
+class RemoteScan(PlanNodeBase):
+    """The seed's RemoteScanExec: each chunk of n rows becomes n rows (task, partition)."""
+
+    name = "RemoteScan"
+
+    def __init__(
+        self, feed: WorkUnitFeed[Chunk], partitions: int, total_partitions: int, task_count: int
+    ) -> None:
+        self.feed = feed
+        self.partitions = partitions
+        self.total_partitions = total_partitions
+        self.task_count = task_count
+
+    @property
+    def schema(self) -> pa.Schema:
+        return SCAN_SCHEMA
+
+    @property
+    def output_partitions(self) -> int:
+        return self.partitions
+
+    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        global_partition = to_global_partition(
+            partition, self.partitions, self.total_partitions, ctx
+        )
+        task = global_partition // max(1, self.total_partitions // self.task_count)
+        async for chunk in self.feed.feed(partition, ctx):
+            n = chunk.value
+            yield pa.record_batch(
+                [pa.array([task] * n, pa.int64()), pa.array([global_partition] * n, pa.int64())],
+                schema=SCAN_SCHEMA,
+            )
+
+    def __repr__(self) -> str:
+        provider = self.feed.inner()
+        chunks = ""
+        if isinstance(provider, ChunkFeedProvider):
+            chunks = f", chunks={provider.per_partition_chunks}"
+        return f"RemoteScan(tasks={self.task_count}, partitions={self.partitions}{chunks})"
+
+
+class RemoteScanCodec:
+    """Only the feed handle travels (`to_proto`); the worker gets a remote feed."""
+
+    kinds = (RemoteScan.name,)
+
+    def encode(self, node: ExecutionPlan, /) -> bytes:
+        if not isinstance(node, RemoteScan):
+            raise InvalidArgument(f"RemoteScanCodec cannot encode {node.name}")
+        head = struct.pack("<III", node.partitions, node.total_partitions, node.task_count)
+        return head + bytes(node.feed.to_proto())
+
+    def decode(
+        self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
+    ) -> ExecutionPlan:
+        if len(payload) < 12 or children:
+            raise PlanDecodeError("bad RemoteScan payload")
+        partitions, total, tasks = struct.unpack_from("<III", payload)
+        feed = WorkUnitFeed.from_proto(WorkUnitFeedProto.parse(payload[12:]), Chunk)
+        return RemoteScan(feed, partitions, total, tasks)
+
+
+class RemoteScanEstimator:
+    """The seed's RemoteScanTaskEstimator: the scan's task count; P/T partitions per task."""
+
+    def task_estimation(self, plan: ExecutionPlan, /) -> TaskEstimation | None:
+        if not isinstance(plan, RemoteScan):
+            return None
+        return TaskEstimation.desired(plan.task_count)
+
+    def scale_up_leaf_node(self, plan: ExecutionPlan, task_count: int, /) -> ExecutionPlan | None:
+        if not isinstance(plan, RemoteScan):
+            return None
+        per_task = plan.total_partitions // task_count
+        return RemoteScan(plan.feed, per_task, plan.total_partitions, plan.task_count)
+
+
+def parse_chunks(spec: str) -> list[int]:
+    return [int(item) for item in spec.split(",") if item.strip()]
+
+
+def scan(task_count: int, *partitions: str, delay: float = 0.0) -> RemoteScan:
+    """`scan(task_count, 'chunks_p0', 'chunks_p1', ...)` as in the seed's SQL."""
+    chunks = [parse_chunks(spec) for spec in partitions]
+    if task_count < 1 or len(chunks) % task_count:
+        raise InvalidArgument("the partition count must be a non-zero multiple of task_count")
+    feed = WorkUnitFeed.new(ChunkFeedProvider(chunks, task_count, delay))
+    return RemoteScan(feed, len(chunks), len(chunks), task_count)
+
+
+def scan_rows(task_count: int, *partitions: str) -> pa.Table:
+    """What `scan(...)` yields, computed directly: (task, partition) per row."""
+    chunks = [parse_chunks(spec) for spec in partitions]
+    per_task = len(chunks) // task_count
+    rows = [(p // per_task, p) for p, sizes in enumerate(chunks) for _ in range(sum(sizes))]
+    return pa.table(
+        [pa.array([r[0] for r in rows], pa.int64()), pa.array([r[1] for r in rows], pa.int64())],
+        schema=SCAN_SCHEMA,
+    )
+
+
+def to_global_partition(partition: int, partitions: int, total: int, ctx: TaskContext) -> int:
+    """The global partition of a task-local one (a scaled node holds P/T of P partitions)."""
+    return ctx.task_number * partitions + partition if partitions < total else partition
+
+
+def chunk_feed_registry() -> FeedRegistry:
+    """Where planners find RemoteScan's feed (the seeds' with_distributed_work_unit_feed)."""
+    registry = FeedRegistry()
+    registry.register(RemoteScan, lambda node: node.feed)
+    return registry
+
+
+async def chunk_session_builder(ctx: WorkerQueryContext) -> Session:
+    """Worker sessions that decode RemoteScan (and so its remote feed)."""
+    return ctx.builder.with_codec(RemoteScanCodec()).build()
+
+
+def chunk_coordinator_session() -> Session:
+    """The coordinator's session: it encodes RemoteScan."""
+    return SessionStateBuilder().with_codec(RemoteScanCodec()).build()
