@@ -2,6 +2,13 @@
 discovered at runtime. The public API is what `__all__` lists; everything else is internal."""
 
 from ._version import __version__
+from .coordinator import (
+    Coordinator,
+    StaticWorkerResolver,
+    TaskEstimation,
+    TaskEstimator,
+    WorkerResolver,
+)
 from .errors import (
     Cancelled,
     ErrorOrigin,
@@ -36,6 +43,7 @@ from .worker import Worker, WorkerConfig
 __all__ = [
     "CallContext",
     "Cancelled",
+    "Coordinator",
     "ErrorOrigin",
     "ExecutionError",
     "ExecutionPlan",
@@ -54,9 +62,12 @@ __all__ = [
     "RemoteError",
     "ResourceExhausted",
     "Session",
+    "StaticWorkerResolver",
     "SessionBuilder",
     "SessionStateBuilder",
     "TaskContext",
+    "TaskEstimation",
+    "TaskEstimator",
     "TimeoutError_",
     "Unauthenticated",
     "Unimplemented",
@@ -68,5 +79,6 @@ __all__ = [
     "WorkerClient",
     "WorkerConfig",
     "WorkerQueryContext",
+    "WorkerResolver",
     "__version__",
 ]

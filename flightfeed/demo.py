@@ -6,7 +6,11 @@
    pyarrow's C++ client redeems ExecuteTaskRequest tickets with DoGet, and the result is checked
    against the same plan run in one process.
 
-It grows with the coordinator, work-unit feeds and Spark.
+3. The coordinator plans count(*) per task over a scan whose chunks are discovered at runtime
+   (the seeds' work_unit_feed query), streams the work units to the workers under
+   per-partition credits, aggregates their output, and checks it against a one-process run.
+
+It grows with Spark.
 """
 
 from __future__ import annotations
@@ -22,15 +26,26 @@ import pyarrow.compute as pc
 from ._generated.arrow.flight.protocol import FlightEndpoint, FlightInfo, Location, Ticket
 from ._generated.flightfeed.v1 import ExecuteTaskRequest, NoneHead, SetPlanRequest, TaskKey
 from .errors import NotFound
+from .examples.chunk_scan import (
+    RemoteScan,
+    RemoteScanEstimator,
+    chunk_coordinator_session,
+    chunk_feed_registry,
+    chunk_session_builder,
+    scan,
+)
 from .flight import FlightDataWriter, FlightDescriptor, FlightHandler, FlightServer
 from .flight.schema import schema_to_ipc
 from .flight.server import CallContext
 from .plan import (
     BUILTINS,
+    Coalesce,
     CodecRegistry,
     ExecutionPlan,
     Filter,
+    HashAggregate,
     MemoryScan,
+    agg,
     call,
     col,
     collect,
@@ -39,7 +54,7 @@ from .plan import (
     open_task_context,
 )
 from .protocol import WorkerClient
-from .testing import start_workers
+from .testing import start_cluster, start_workers
 
 DEMO_ROWS = 2_000_000
 BATCH_ROWS = 65_536
@@ -171,6 +186,44 @@ async def _run_on_workers(table: pa.Table, workers: int) -> tuple[pa.Table, int]
         return pa.concat_tables(parts), len(running)
 
 
+def _feed_plan(workers: int) -> ExecutionPlan:
+    """count(*) per task over a scan whose chunks are discovered at runtime (the seeds' query,
+    scaled up): 4 partitions per worker, each fed 40 chunks of 5,000 rows."""
+    partitions = [",".join(["5000"] * 40) for _ in range(4 * workers)]
+    scanned = scan(workers, *partitions, delay=0.0005)
+    return HashAggregate(
+        Coalesce(scanned),
+        group_by=[(col("task"), "task")],
+        aggregates=[agg("count", name="cnt")],
+    )
+
+
+async def _run_feed_query(workers: int) -> tuple[pa.Table, pa.Table, str, str]:
+    """The coordinator plans the query, streams the feed to local workers, aggregates."""
+    plan = _feed_plan(workers)
+    async with start_cluster(
+        workers,
+        session_builder=chunk_session_builder,
+        session=chunk_coordinator_session(),
+        feed_registry=chunk_feed_registry(),
+        task_estimators={RemoteScan.name: RemoteScanEstimator()},
+    ) as (coordinator, _):
+        explained = await coordinator.explain(plan)
+        async with coordinator.execute(plan) as stream:
+            batches = [batch async for batch in stream]
+            metrics = stream.metrics
+        distributed = pa.Table.from_batches(batches, schema=plan.schema)
+        feeds = metrics.feed_partitions() if metrics is not None else {}
+    units = sum(m.units_received for m in feeds.values())
+    p50 = max((m.created_to_received.p50_ns for m in feeds.values()), default=0)
+    summary = (
+        f"{units} work units over {len(feeds)} feed partitions, p50 latency ≤ {p50 / 1e6:.2f} ms"
+    )
+    async with open_task_context(chunk_coordinator_session()) as ctx:
+        reference = await collect(_feed_plan(workers), ctx)
+    return distributed, reference, explained, summary
+
+
 async def run_demo(workers: int = 2) -> int:
     """The data plane, then a plan run on local workers; 0 when every result matches."""
     table = demo_table()
@@ -205,4 +258,15 @@ async def run_demo(workers: int = 2) -> int:
     numbers = distributed.select(["bucket", "value", "id"])
     summary = numbers.group_by("bucket").aggregate([("value", "sum"), ("id", "count")])
     print(summary.sort_by("bucket"))
-    return 0 if flight_ok and plan_ok else 1
+
+    start = time.perf_counter()
+    counted, reference_counts, explained, feed_summary = await _run_feed_query(workers)
+    elapsed = time.perf_counter() - start
+    feed_ok = counted.sort_by("task").equals(reference_counts.sort_by("task"))
+    print(explained)
+    print(
+        f"coordinator + {workers} workers, work discovered at runtime: {feed_summary}; "
+        f"{elapsed:.2f}s: {'matches the one-process run' if feed_ok else 'MISMATCH'}"
+    )
+    print(counted.sort_by("task"))
+    return 0 if flight_ok and plan_ok and feed_ok else 1

@@ -84,7 +84,12 @@ class RemoteScan(PlanNodeBase):
         provider = self.feed.inner()
         chunks = ""
         if isinstance(provider, ChunkFeedProvider):
-            chunks = f", chunks={provider.per_partition_chunks}"
+            lists = provider.per_partition_chunks
+            if sum(map(len, lists)) <= 12:
+                chunks = f", chunks={lists}"
+            else:  # summarized: plans are printed, and feeds can be long
+                rows = sum(map(sum, lists))
+                chunks = f", chunks={sum(map(len, lists))} ({rows:,} rows)"
         return f"RemoteScan(tasks={self.task_count}, partitions={self.partitions}{chunks})"
 
 

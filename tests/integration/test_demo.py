@@ -16,5 +16,6 @@ def test_flightfeed_demo_runs_and_matches() -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "identical" in out.stdout
-    assert "matches the one-process run" in out.stdout
+    assert out.stdout.count("matches the one-process run") == 2  # workers; coordinator + feed
+    assert "work discovered at runtime: 320 work units over 8 feed partitions" in out.stdout
     assert "poorly aligned" not in out.stderr
