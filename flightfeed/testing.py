@@ -22,12 +22,21 @@ async def start_workers(
     session_builder: Any = None,
     config: WorkerConfig | None = None,
     host: str = "127.0.0.1",
+    in_process: bool = False,
 ) -> AsyncIterator[list[Worker]]:
-    """`count` real workers (Flight + WorkerService over loopback gRPC) on free ports."""
+    """`count` real workers: over loopback gRPC on free ports, or with `in_process=True`
+    reachable only from this process (inproc:// locations, memory instead of sockets; the same
+    HTTP/2 and gRPC code runs, for tests about logic rather than transport)."""
     async with AsyncExitStack() as stack:
         workers = [
             await stack.enter_async_context(
-                Worker(host=host, port=0, session_builder=session_builder, config=config)
+                Worker(
+                    host=host,
+                    port=0,
+                    session_builder=session_builder,
+                    config=config,
+                    in_process=in_process,
+                )
             )
             for _ in range(count)
         ]
@@ -41,11 +50,12 @@ async def start_cluster(
     session_builder: Any = None,
     config: WorkerConfig | None = None,
     host: str = "127.0.0.1",
+    in_process: bool = False,
     **coordinator_options: Any,
 ) -> AsyncIterator[tuple[Coordinator, list[Worker]]]:
-    """`count` real workers and a Coordinator over them (options go to the Coordinator)."""
+    """`count` workers (see start_workers) and a Coordinator over them (options go to it)."""
     async with start_workers(
-        count, session_builder=session_builder, config=config, host=host
+        count, session_builder=session_builder, config=config, host=host, in_process=in_process
     ) as workers:
         resolver = InProcessWorkerResolver(workers)
         async with Coordinator(resolver, **coordinator_options) as coordinator:

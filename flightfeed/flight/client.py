@@ -40,7 +40,8 @@ from .._generated.arrow.flight.protocol import (
     Ticket,
 )
 from ..errors import FlightfeedError, InvalidArgument, RemoteError
-from .grpc import GrpcChannel, RawBytes
+from . import inprocess
+from .grpc import GrpcChannel, InProcessChannel, RawBytes
 from .schema import schema_from_ipc
 from .status import from_grpc_error
 from .streams import FlightDataReader, FlightDataWriter
@@ -53,7 +54,10 @@ BatchSource = AsyncIterable[pa.RecordBatch] | AsyncIterable[tuple[pa.RecordBatch
 
 
 def parse_location(location: str) -> tuple[str, int]:
-    """`grpc://host:port` (or grpc+tcp://, or bare host:port) → (host, port)."""
+    """`grpc://host:port` (or grpc+tcp://, or bare host:port) → (host, port).
+    `inproc://name` (a server of this process) → ("inproc", 0)."""
+    if location.startswith(inprocess.SCHEME):
+        return "inproc", 0
     url = urlparse(location if "://" in location else f"grpc://{location}")
     if url.scheme not in ("grpc", "grpc+tcp") or not url.hostname or url.port is None:
         raise InvalidArgument(f"unsupported Flight location {location!r}: want grpc://host:port")
@@ -192,7 +196,11 @@ class FlightClient:
         self.metadata = dict(metadata or {})
         self.max_message_size = max_message_size
         self.timeout = timeout
-        self._channel = GrpcChannel(self.host, self.port)
+        self._channel: grpclib.client.Channel = (
+            InProcessChannel(location)
+            if location.startswith(inprocess.SCHEME)
+            else GrpcChannel(self.host, self.port)
+        )
 
     async def close(self) -> None:
         self._channel.close()

@@ -13,6 +13,7 @@ from grpclib.encoding.base import CodecBase
 from grpclib.protocol import H2Protocol
 
 from ..errors import ResourceExhausted
+from . import inprocess
 from .h2buffer import install as install_streaming_buffer
 from .protowire import check_wire_format
 from .tuning import advertise_max_frame_size, apply_process_tuning, grpc_config
@@ -113,6 +114,21 @@ class GrpcServer(grpclib.server.Server):
         protocol = TunedH2Protocol(handler, self._config, self._h2_config)
         self._protocols.add(protocol)
         return protocol
+
+
+class InProcessChannel(grpclib.client.Channel):
+    """A channel to a server of this process (see inprocess.py): memory instead of sockets."""
+
+    def __init__(self, location: str) -> None:
+        apply_process_tuning()
+        super().__init__("inproc", 0, codec=MessageCodec(), config=grpc_config())
+        self._location = location
+
+    def _protocol_factory(self) -> H2Protocol:
+        return TunedH2Protocol(grpclib.client.Handler(), self._config, self._h2_config)
+
+    async def _create_connection(self) -> H2Protocol:
+        return inprocess.connect(self._location, self._protocol_factory())
 
 
 class GrpcChannel(grpclib.client.Channel):

@@ -37,6 +37,7 @@ from .._generated.arrow.flight.protocol import (
     Ticket,
 )
 from ..errors import FlightfeedError, InvalidArgument, Unimplemented
+from . import inprocess
 from .grpc import GrpcServer, RawBytes
 from .schema import schema_to_ipc
 from .status import status_and_trailers
@@ -292,10 +293,13 @@ class FlightServer:
         host: str = "127.0.0.1",
         port: int = 0,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        in_process: bool = False,
     ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
+        self.in_process = in_process
+        self._inproc_location: str | None = None
         self._grpc = GrpcServer(
             [FlightService(handler, max_message_size), *services], max_message_size
         )
@@ -303,10 +307,16 @@ class FlightServer:
 
     @property
     def location(self) -> str:
+        if self._inproc_location is not None:
+            return self._inproc_location
         host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
         return f"grpc://{host}:{self.port}"
 
     async def start(self) -> None:
+        if self.in_process:  # no socket: reachable from this process at inproc://<name>
+            self._inproc_location = inprocess.register(self._grpc)
+            self._started = True
+            return
         await self._grpc.start(self.host, self.port, family=socket.AF_INET)
         server = self._grpc._server
         assert server is not None
@@ -317,8 +327,14 @@ class FlightServer:
         """Stop accepting calls, then wait for the open connections to finish."""
         if self._started:
             self._started = False
-            self._grpc.close()
-            await self._grpc.wait_closed()
+            if self._inproc_location is not None:
+                inprocess.unregister(self._inproc_location)
+                for handler in list(self._grpc._handlers):
+                    handler.close()
+                    await handler.wait_closed()
+            else:
+                self._grpc.close()
+                await self._grpc.wait_closed()
             self._grpc.close_connections()
 
     async def serve_forever(self) -> None:

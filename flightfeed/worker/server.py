@@ -44,13 +44,18 @@ class Worker:
         session_builder: Any = None,
         advertised_url: str | None = None,
         config: WorkerConfig | None = None,
+        in_process: bool = False,
     ) -> None:
         self.config = config or WorkerConfig()
         self.session_builder = resolve_session_builder(session_builder)
         self.registry = TaskRegistry(self.config)
         self._advertised_url = advertised_url
         self._server = FlightServer(
-            WorkerFlightHandler(self), services=[WorkerService(self)], host=host, port=port
+            WorkerFlightHandler(self),
+            services=[WorkerService(self)],
+            host=host,
+            port=port,
+            in_process=in_process,
         )
         self._stack: AsyncExitStack | None = None
 

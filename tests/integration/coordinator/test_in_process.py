@@ -1,0 +1,38 @@
+"""In-process workers: the same protocol stack over memory, for tests about logic."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.feed_scan import coordinator_options, feed_session_builder, scan, scan_rows
+
+from flightfeed.errors import RemoteError
+from flightfeed.plan import Coalesce
+from flightfeed.protocol import WorkerClient
+from flightfeed.testing import start_cluster, start_workers, wait_for_no_tasks
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_in_process_workers_run_a_feed_query_without_sockets() -> None:
+    plan = Coalesce(scan(2, "3,1", "2", "4", "1,1"))
+    async with start_cluster(
+        2, session_builder=feed_session_builder, in_process=True, **coordinator_options()
+    ) as (coordinator, workers):
+        assert all(w.location.startswith("inproc://") for w in workers)
+        result = await coordinator.collect(plan)
+        await wait_for_no_tasks(workers)
+    expected = scan_rows(2, "3,1", "2", "4", "1,1")
+    assert result.sort_by([("partition", "ascending")]).equals(
+        expected.sort_by([("partition", "ascending")])
+    )
+
+
+async def test_in_process_worker_answers_worker_info_and_ends_with_its_server() -> None:
+    async with start_workers(1, in_process=True) as (worker,):
+        location = worker.location
+        async with WorkerClient(location) as client:
+            info = await client.get_worker_info()
+            assert info.version
+    async with WorkerClient(location) as client:  # unregistered once the worker stopped
+        with pytest.raises(RemoteError, match="no in-process server"):
+            await client.get_worker_info()
