@@ -2,8 +2,8 @@
 
 The coordinator-side half of a stage boundary. For each task of its stage it runs one
 ExecuteTask (NoneHead, all of the task's partitions) on the task's worker, all concurrently,
-and yields batches as they come. Like Coalesce, each reader is a pump that forwards its error
-as an item instead of raising, so a failure never cancels the consumer's task from under it.
+and yields batches as they come (plan/merge.py: a failing reader never cancels the consumer's
+task from under it).
 Which worker runs which task is the query's business: the node finds its readers in
 `ctx.extensions[STAGE_OUTPUTS_KEY]`, set by the Coordinator for each query.
 """
@@ -14,12 +14,11 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Final, Protocol, runtime_checkable
 
-import anyio
 import pyarrow as pa
-from anyio.abc import ObjectSendStream
 
 from ..errors import ExecutionError
 from ..plan.base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
+from ..plan.merge import merge
 from .stage import Stage
 
 STAGE_OUTPUTS_KEY: Final = "flightfeed.coordinator.stage_outputs"
@@ -59,52 +58,24 @@ class NetworkCoalesce(PlanNodeBase):
             raise ExecutionError(
                 f"NetworkCoalesce of stage {self.stage.stage_id} runs only in a Coordinator query"
             )
-        tasks = self.stage.task_count
-        send, receive = anyio.create_memory_object_stream[pa.RecordBatch | Exception](
-            max_buffer_size=tasks * BUFFERED_BATCHES_PER_TASK
-        )
-        failure: Exception | None = None
-        closed = False
-        async with anyio.create_task_group() as tg, receive:
-            for task in self.stage.tasks:
-                tg.start_soon(self._pump, outputs, task.task_number, send.clone())
-            send.close()
-            try:
-                async for item in receive:
-                    if isinstance(item, Exception):
-                        failure = item
-                        break
-                    try:
-                        yield item
-                    except GeneratorExit:
-                        closed = True
-                        break
-            finally:
-                tg.cancel_scope.cancel()
-        if failure is not None and not closed:
-            raise failure
+        sources = {
+            task.task_number: self._task_batches(outputs, task.task_number)
+            for task in self.stage.tasks
+        }
+        async with closing(merge(sources, BUFFERED_BATCHES_PER_TASK)) as stream:
+            async for _, batch in stream:
+                yield batch
 
-    async def _pump(
-        self,
-        outputs: StageOutputs,
-        task_number: int,
-        send: ObjectSendStream[pa.RecordBatch | Exception],
-    ) -> None:
-        async with send:
-            try:
-                async with (
-                    outputs.task_output(self.stage, task_number) as stream,
-                    closing(stream) as batches,
-                ):
-                    async for batch in batches:
-                        await send.send(batch)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return  # the consumer is gone
-            except Exception as exc:
-                try:
-                    await send.send(exc)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    return
+    async def _task_batches(
+        self, outputs: StageOutputs, task_number: int
+    ) -> AsyncIterator[pa.RecordBatch]:
+        """One task's output, read from its worker with ExecuteTask."""
+        async with (
+            outputs.task_output(self.stage, task_number) as stream,
+            closing(stream) as batches,
+        ):
+            async for batch in batches:
+                yield batch
 
     def __repr__(self) -> str:
         stage = self.stage

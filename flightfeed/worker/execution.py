@@ -9,8 +9,9 @@ import anyio
 from .._generated.flightfeed.v1 import ExecuteTaskRequest, FlightAppMetadata
 from ..errors import Cancelled, ExecutionError, FlightfeedError
 from ..flight.streams import FlightDataWriter
+from ..plan.base import closing
+from ..plan.merge import merge
 from .keys import task_id
-from .merge import merged
 from .registry import TaskRegistry
 
 
@@ -24,9 +25,8 @@ async def serve_partitions(
     try:
         with task.consumer() as scope:
             try:
-                async with merged(
-                    {p: outputs.open(p) for p in partitions}, buffer * len(partitions)
-                ) as stream:
+                sources = {p: outputs.open(p) for p in partitions}
+                async with closing(merge(sources, buffer)) as stream:
                     if outputs.partitions and partitions:
                         await writer.begin(task.plan.schema)
                     async for partition, batch in stream:
