@@ -132,6 +132,25 @@ class PlanNodeBase(ABC):
         return f"{self.name}(partitions={self.output_partitions})"
 
 
+class UnaryNode(PlanNodeBase):
+    """A node over one input `child`: by default it keeps the child's schema and partitioning;
+    subclasses override what they change."""
+
+    child: ExecutionPlan
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.child.schema
+
+    @property
+    def output_partitions(self) -> int:
+        return self.child.output_partitions
+
+    @property
+    def children(self) -> Sequence[ExecutionPlan]:
+        return (self.child,)
+
+
 @asynccontextmanager
 async def closing(stream: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
     """Close an async stream on exit (early break, error or cancellation) in this task."""

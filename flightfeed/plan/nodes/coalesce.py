@@ -8,30 +8,22 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import CoalesceNode
 from ...errors import InvalidArgument
-from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
+from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..merge import merge
 
 BUFFERED_BATCHES_PER_INPUT = 2
 
 
-class Coalesce(PlanNodeBase):
+class Coalesce(UnaryNode):
     name = "Coalesce"
 
     def __init__(self, child: ExecutionPlan) -> None:
         self.child = child
 
     @property
-    def schema(self) -> pa.Schema:
-        return self.child.schema
-
-    @property
     def output_partitions(self) -> int:
         return 1
-
-    @property
-    def children(self) -> Sequence[ExecutionPlan]:
-        return (self.child,)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

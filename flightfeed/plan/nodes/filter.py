@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import FilterNode
 from ...errors import InvalidArgument
-from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
+from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr import Expr, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto
@@ -17,7 +17,7 @@ from ..functions import BUILTINS, FunctionRegistry
 from ..offload import run_compute
 
 
-class Filter(PlanNodeBase):
+class Filter(UnaryNode):
     name = "Filter"
 
     def __init__(
@@ -29,18 +29,6 @@ class Filter(PlanNodeBase):
         self.child = child
         self.predicate = predicate
         self._functions = functions
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self.child.schema
-
-    @property
-    def output_partitions(self) -> int:
-        return self.child.output_partitions
-
-    @property
-    def children(self) -> Sequence[ExecutionPlan]:
-        return (self.child,)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

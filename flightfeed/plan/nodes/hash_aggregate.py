@@ -31,8 +31,8 @@ from ..aggregate import (
 from ..aggregate_kernel import BuiltinOp, GroupedOp, Op, conform, group_aggregate
 from ..base import (
     ExecutionPlan,
-    PlanNodeBase,
     TaskContext,
+    UnaryNode,
     check_memory,
     closing,
     expect_children,
@@ -53,7 +53,7 @@ class AggregateMode(enum.Enum):
     FINAL = "final"
 
 
-class HashAggregate(PlanNodeBase):
+class HashAggregate(UnaryNode):
     name = "HashAggregate"
 
     def __init__(
@@ -100,14 +100,6 @@ class HashAggregate(PlanNodeBase):
     @property
     def schema(self) -> pa.Schema:
         return self._schema
-
-    @property
-    def output_partitions(self) -> int:
-        return self.child.output_partitions
-
-    @property
-    def children(self) -> Sequence[ExecutionPlan]:
-        return (self.child,)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

@@ -9,11 +9,11 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import LimitNode
 from ...errors import InvalidArgument
-from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
+from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 
 
-class Limit(PlanNodeBase):
+class Limit(UnaryNode):
     name = "Limit"
 
     def __init__(self, child: ExecutionPlan, fetch: int | None, skip: int = 0) -> None:
@@ -22,18 +22,6 @@ class Limit(PlanNodeBase):
         self.child = child
         self.fetch = fetch
         self.skip = skip
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self.child.schema
-
-    @property
-    def output_partitions(self) -> int:
-        return self.child.output_partitions
-
-    @property
-    def children(self) -> Sequence[ExecutionPlan]:
-        return (self.child,)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import ProjectionNode
 from ...errors import InvalidArgument
-from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
+from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr import Expr, evaluate, output_type
 from ..expr_proto import named_from_proto, named_to_proto
@@ -17,7 +17,7 @@ from ..functions import BUILTINS, FunctionRegistry
 from ..offload import run_compute
 
 
-class Projection(PlanNodeBase):
+class Projection(UnaryNode):
     name = "Projection"
 
     def __init__(
@@ -46,14 +46,6 @@ class Projection(PlanNodeBase):
     @property
     def schema(self) -> pa.Schema:
         return self._schema
-
-    @property
-    def output_partitions(self) -> int:
-        return self.child.output_partitions
-
-    @property
-    def children(self) -> Sequence[ExecutionPlan]:
-        return (self.child,)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import RepartitionNode
 from ...errors import Cancelled, InvalidArgument
-from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
+from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr import output_type
 from ..functions import BUILTINS, FunctionRegistry
@@ -36,7 +36,7 @@ _END = _End()
 _Item: TypeAlias = "pa.RecordBatch | Exception | _End"
 
 
-class Repartition(PlanNodeBase):
+class Repartition(UnaryNode):
     name = "Repartition"
 
     def __init__(
@@ -53,16 +53,8 @@ class Repartition(PlanNodeBase):
         self._functions = functions
 
     @property
-    def schema(self) -> pa.Schema:
-        return self.child.schema
-
-    @property
     def output_partitions(self) -> int:
         return self.partitioning.partition_count
-
-    @property
-    def children(self) -> Sequence[ExecutionPlan]:
-        return (self.child,)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

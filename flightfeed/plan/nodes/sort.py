@@ -16,8 +16,8 @@ from ..._generated.flightfeed.v1 import SortNode
 from ...errors import InvalidArgument
 from ..base import (
     ExecutionPlan,
-    PlanNodeBase,
     TaskContext,
+    UnaryNode,
     check_memory,
     closing,
     expect_children,
@@ -44,7 +44,7 @@ class SortKey:
         return f"{self.expr} {order} NULLS {'FIRST' if self.nulls_first else 'LAST'}"
 
 
-class Sort(PlanNodeBase):
+class Sort(UnaryNode):
     name = "Sort"
 
     def __init__(
@@ -65,18 +65,6 @@ class Sort(PlanNodeBase):
         self.keys = tuple(keys)
         self.fetch = fetch
         self._functions = functions
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self.child.schema
-
-    @property
-    def output_partitions(self) -> int:
-        return self.child.output_partitions
-
-    @property
-    def children(self) -> Sequence[ExecutionPlan]:
-        return (self.child,)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)
