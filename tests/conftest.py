@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -21,6 +23,12 @@ from helpers.pyarrow_server import ReferenceServer
 from flightfeed.flight.tuning import apply_process_tuning
 
 apply_process_tuning()
+
+# CI runs must be reproducible: the same examples every run (a failure locally still shrinks
+# and reports its seed). Elsewhere hypothesis explores fresh examples each time.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(
