@@ -1,0 +1,59 @@
+"""Connection and process tuning is in effect: frame size, windows, malloc, h2 repr, uvloop."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+from hyperframe.frame import DataFrame
+
+from flightfeed.flight import FlightClient, FlightHandler, FlightServer
+from flightfeed.flight.tuning import (
+    MAX_FRAME_SIZE,
+    WINDOW_SIZE,
+    patch_h2_frame_repr,
+    tune_malloc,
+    use_uvloop_default,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_both_ends_advertise_4_mib_frames_and_windows() -> None:
+    async with FlightServer(FlightHandler()) as server, FlightClient(server.location) as client:
+        await client.list_actions()  # one round trip: settings exchanged and acknowledged
+        channel_h2 = client._channel._protocol.connection._connection  # type: ignore[union-attr]
+        assert channel_h2.max_outbound_frame_size == MAX_FRAME_SIZE  # what the server advertised
+        assert channel_h2.max_inbound_frame_size == MAX_FRAME_SIZE  # what the client advertised
+        assert channel_h2.local_settings.initial_window_size == WINDOW_SIZE
+        assert channel_h2.remote_settings.initial_window_size == WINDOW_SIZE
+
+
+def test_data_frame_repr_is_constant_size() -> None:
+    patch_h2_frame_repr()
+    frame = DataFrame(1)
+    frame.data = bytes(4 * 1024 * 1024)
+    assert len(repr(frame)) < 100  # h2 builds this repr for every received frame
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
+def test_malloc_thresholds_are_applied() -> None:
+    assert tune_malloc() is True
+
+
+def test_uvloop_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLIGHTFEED_UVLOOP", "0")
+    assert use_uvloop_default() is False
+    monkeypatch.setenv("FLIGHTFEED_UVLOOP", "1")
+    assert use_uvloop_default() is True
+
+
+def test_run_uses_uvloop_by_default_and_asyncio_when_switched_off() -> None:
+    from flightfeed.flight.tuning import run
+
+    async def loop_module() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    assert run(loop_module).startswith("uvloop")
+    assert run(loop_module, use_uvloop=False).startswith("asyncio")
