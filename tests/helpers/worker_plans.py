@@ -23,9 +23,9 @@ from flightfeed.plan import (
     ExecutionPlan,
     MemoryScan,
     Partitioning,
-    PlanNodeBase,
     ScalarUdf,
     TaskContext,
+    UnaryNode,
     col,
     encode_partitioning,
     encode_plan,
@@ -45,7 +45,7 @@ def scan(partitions: int = 4) -> MemoryScan:
     return MemoryScan.from_table(TABLE, partitions, batch_rows=100)
 
 
-class ExplodingNode(PlanNodeBase):
+class ExplodingNode(UnaryNode):
     """A user node that yields one batch of its input, then raises."""
 
     name = "Exploding"
@@ -53,18 +53,6 @@ class ExplodingNode(PlanNodeBase):
     def __init__(self, child: ExecutionPlan, message: str) -> None:
         self.child = child
         self.message = message
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self.child.schema
-
-    @property
-    def output_partitions(self) -> int:
-        return self.child.output_partitions
-
-    @property
-    def children(self) -> Sequence[ExecutionPlan]:
-        return (self.child,)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         return ExplodingNode(children[0], self.message)
