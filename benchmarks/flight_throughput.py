@@ -1,14 +1,18 @@
 """DoGet throughput: flightfeed's grpclib server against pyarrow's C++ Flight server.
 
-One table of eight int64/float64 columns (≥ 400 MB) in 64k-row batches is served by both servers,
-each in its own process. The same pyarrow C++ FlightClient reads it from each, alternating, and
-so does flightfeed's async client from the flightfeed server. Ratios are medians
-of per-round ratios (paired reads, back to back):
+One table of eight int64/float64 columns in 64k-row batches is served by both servers, each in
+its own process. The same pyarrow C++ FlightClient reads it from each, and so does flightfeed's
+async client from the flightfeed server. Ratios are medians of per-round ratios (the reads of a
+round run back to back, in an order that rotates from round to round):
 
   flightfeed server / pyarrow server, both read by the C++ client        target ≥ 1.0
   flightfeed client←flightfeed server / C++ client←C++ server            target ≥ 0.7
 
-Run: python benchmarks/flight_throughput.py [--rounds 5] [--megabytes 420]
+The default table is 1.6 GB (the issue asks for at least 400 MB): a read then lasts about half a
+second. A 420 MB read lasts 130 ms, and on a shared 2-core machine single rounds of it swing
+between 1.4 and 3.4 GB/s for either server, which drowns a few-percent difference.
+
+Run: python benchmarks/flight_throughput.py [--rounds 11] [--megabytes 1600]
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -106,9 +111,9 @@ def time_flightfeed_client(location: str) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--megabytes", type=int, default=420)
+    parser.add_argument("--megabytes", type=int, default=1600)
     parser.add_argument("--serve", choices=["flightfeed", "pyarrow"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve == "flightfeed":
@@ -120,20 +125,24 @@ def main() -> None:
 
     from flightfeed.flight.tuning import tune_malloc
 
-    tune_malloc()  # the reading process allocates ~400 MB per round; see DESIGN.md
+    tune_malloc()  # the reading process allocates a whole table per round; see DESIGN.md
     script = str(Path(__file__).resolve())
     with (
         ServerProcess([script, "--serve", "flightfeed", "--megabytes", str(args.megabytes)]) as ff,
         ServerProcess([script, "--serve", "pyarrow", "--megabytes", str(args.megabytes)]) as cpp,
     ):
-        speeds: dict[str, list[float]] = {"ff": [], "cpp": [], "ff_ff": []}
+        readers: dict[str, Callable[[], tuple[float, int]]] = {
+            "ff": lambda: time_cpp_client(ff.location),
+            "cpp": lambda: time_cpp_client(cpp.location),
+            "ff_ff": lambda: time_flightfeed_client(ff.location),
+        }
+        speeds: dict[str, list[float]] = {key: [] for key in readers}
         nbytes = 0
         for round_number in range(args.warmup + args.rounds):
-            measured = {
-                "ff": time_cpp_client(ff.location),
-                "cpp": time_cpp_client(cpp.location),
-                "ff_ff": time_flightfeed_client(ff.location),
-            }
+            # Rotate who reads first, so no side always follows the same neighbour.
+            shift = round_number % len(readers)
+            order = list(readers)[shift:] + list(readers)[:shift]
+            measured = {key: readers[key]() for key in order}
             if round_number < args.warmup:
                 continue
             for key, (elapsed, size) in measured.items():
