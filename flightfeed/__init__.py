@@ -34,6 +34,7 @@ from .flight import (
     FlightDataWriter,
     FlightHandler,
     FlightServer,
+    KeepalivePolicy,
 )
 from .plan import ExecutionPlan, PlanCodec, TaskContext
 from .protocol import WorkerClient
@@ -56,6 +57,7 @@ __all__ = [
     "FlightServer",
     "FlightfeedError",
     "InvalidArgument",
+    "KeepalivePolicy",
     "NotFound",
     "PlanCodec",
     "PlanDecodeError",

@@ -1,6 +1,7 @@
 """`flightfeed` command line: arguments → config → run.
 
 flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
+                  [--keepalive SECONDS] [--keepalive-timeout SECONDS]
 flightfeed demo      the main job on an embedded default (see README)
 flightfeed --version
 """
@@ -17,9 +18,21 @@ import anyio
 
 from ._version import __version__
 from .errors import FlightfeedError
+from .flight.keepalive import KeepalivePolicy
 from .flight.tuning import run
+from .worker.config import WorkerConfig
 
 log = logging.getLogger("flightfeed")
+
+
+def worker_config(args: argparse.Namespace) -> WorkerConfig:
+    """The WorkerConfig the `worker` command's arguments ask for."""
+    keepalive = (
+        KeepalivePolicy(interval=args.keepalive, timeout=args.keepalive_timeout)
+        if args.keepalive
+        else None
+    )
+    return WorkerConfig(keepalive=keepalive)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -31,6 +44,7 @@ def _worker(args: argparse.Namespace) -> int:
             port=args.port,
             session_builder=args.session_builder,
             advertised_url=args.advertise,
+            config=worker_config(args),
         )
         # Handlers go in before the port is announced: a signal right after start must count.
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -49,6 +63,27 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run(lambda: run_demo(workers=args.workers), use_uvloop=not args.no_uvloop)
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+
+
+def _non_negative_seconds(text: str) -> float:
+    value = _seconds(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +106,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--advertise", default=None, metavar="URL", help="URL other processes reach this worker at"
+    )
+    default_keepalive = WorkerConfig().keepalive
+    assert default_keepalive is not None
+    worker.add_argument(
+        "--keepalive",
+        type=_non_negative_seconds,
+        default=default_keepalive.interval,
+        metavar="SECONDS",
+        help="ping a caller whose calls went quiet this long, to cancel the tasks of callers "
+        f"that vanished (default {default_keepalive.interval:g}; 0 = off)",
+    )
+    worker.add_argument(
+        "--keepalive-timeout",
+        type=_positive_seconds,
+        default=default_keepalive.timeout,
+        metavar="SECONDS",
+        help=f"drop a caller that sends nothing this long after a ping "
+        f"(default {default_keepalive.timeout:g})",
     )
     worker.set_defaults(func=_worker)
 

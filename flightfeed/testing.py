@@ -70,8 +70,9 @@ async def wait_for_no_tasks(workers: list[Worker]) -> None:
 
 
 class TcpProxy:
-    """Forwards connections to a worker; `cut()` drops them all at once, as a crashed worker
-    or a network partition would (the worker itself keeps running)."""
+    """Forwards connections to a worker, for fault injection. `cut()` closes them all at once,
+    as a crashed worker would; `freeze()` silences them without closing, as a paused machine or
+    a network partition would (no FIN, no RST). The worker itself keeps running."""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -81,11 +82,23 @@ class TcpProxy:
         """Connections accepted so far."""
         self._scope = anyio.CancelScope()
         self._stopped = anyio.Event()
+        self._flowing = anyio.Event()
+        self._flowing.set()
 
     async def cut(self) -> None:
         """Close the listener and every forwarded connection; new connections are refused."""
         self._scope.cancel()
         await self._stopped.wait()
+
+    def freeze(self) -> None:
+        """Stop forwarding in both directions, keeping every connection open: each side's
+        bytes pile up unread, exactly as towards a peer that stopped reading."""
+        if self._flowing.is_set():
+            self._flowing = anyio.Event()
+
+    def thaw(self) -> None:
+        """Resume forwarding what piled up."""
+        self._flowing.set()
 
     async def _serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -107,19 +120,21 @@ class TcpProxy:
             except OSError:
                 return
             async with upstream, anyio.create_task_group() as tg:
-                tg.start_soon(_pump, client, upstream, tg)
-                tg.start_soon(_pump, upstream, client, tg)
+                tg.start_soon(self._pump, client, upstream, tg)
+                tg.start_soon(self._pump, upstream, client, tg)
 
-
-async def _pump(source: ByteStream, sink: ByteStream, tg: TaskGroup) -> None:
-    """One direction of a forwarded connection; when it ends, the whole connection does."""
-    try:
-        async for chunk in source:
-            await sink.send(chunk)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        pass
-    finally:
-        tg.cancel_scope.cancel()
+    async def _pump(self, source: ByteStream, sink: ByteStream, tg: TaskGroup) -> None:
+        """One direction of a forwarded connection; when it ends, the whole connection does."""
+        try:
+            while True:
+                await self._flowing.wait()  # frozen: leave the bytes in the kernel, unread
+                chunk = await source.receive()
+                await self._flowing.wait()
+                await sink.send(chunk)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        finally:
+            tg.cancel_scope.cancel()
 
 
 @asynccontextmanager

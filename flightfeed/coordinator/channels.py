@@ -13,12 +13,17 @@ from types import TracebackType
 import anyio
 
 from .._version import __version__
+from ..flight.keepalive import WORKER_CLIENT_KEEPALIVE, KeepalivePolicy
 from ..protocol import WorkerClient
 from .version import check_worker_version
 
 
 class ChannelResolver:
-    """Clients by worker URL, created and version-checked on first use, closed on `aclose`."""
+    """Clients by worker URL, created and version-checked on first use, closed on `aclose`.
+
+    Connections keep alive with `keepalive`: a worker that stops answering without closing
+    its connection (power loss, partition) fails its queries instead of hanging them.
+    """
 
     def __init__(
         self,
@@ -26,8 +31,10 @@ class ChannelResolver:
         metadata: Mapping[str, str | bytes] | None = None,
         check_version: bool = True,
         expected_version: str = __version__,
+        keepalive: KeepalivePolicy | None = WORKER_CLIENT_KEEPALIVE,
     ) -> None:
         self._metadata = dict(metadata or {})
+        self._keepalive = keepalive
         self._check_version = check_version
         self._expected = expected_version
         self._clients: dict[str, WorkerClient] = {}
@@ -46,7 +53,7 @@ class ChannelResolver:
                 return found
             if self._closed:
                 raise RuntimeError("ChannelResolver is closed")
-            client = WorkerClient(url, metadata=self._metadata)
+            client = WorkerClient(url, metadata=self._metadata, keepalive=self._keepalive)
             try:
                 if self._check_version:
                     await check_worker_version(client, url, self._expected)

@@ -14,6 +14,7 @@ from .._generated.arrow.flight.protocol import (
 )
 from .client import DoGetCall, FlightClient, command_descriptor, parse_location, path_descriptor
 from .codec import FlightDataDecoder, FlightDataEncoder, decode_flight_data
+from .keepalive import KeepalivePolicy
 from .schema import schema_from_ipc, schema_to_ipc
 from .server import CallContext, FlightHandler, FlightServer, FlightService, PutResultWriter
 from .streams import FlightDataReader, FlightDataWriter
@@ -36,6 +37,7 @@ __all__ = [
     "FlightService",
     "HandshakeRequest",
     "HandshakeResponse",
+    "KeepalivePolicy",
     "Location",
     "PollInfo",
     "PutResultWriter",

@@ -42,6 +42,7 @@ from .._generated.arrow.flight.protocol import (
 from ..errors import FlightfeedError, InvalidArgument, RemoteError
 from . import inprocess
 from .grpc import GrpcChannel, InProcessChannel, RawBytes
+from .keepalive import KeepalivePolicy
 from .schema import schema_from_ipc
 from .status import from_grpc_error
 from .streams import FlightDataReader, FlightDataWriter
@@ -181,7 +182,11 @@ class DoGetCall:
 
 
 class FlightClient:
-    """Async client for one Flight server; one HTTP/2 connection, many concurrent calls."""
+    """Async client for one Flight server; one HTTP/2 connection, many concurrent calls.
+
+    `keepalive` pings a connection whose calls have gone quiet and fails those calls when the
+    server stopped answering (off by default, as in gRPC: grpc-core servers limit pings).
+    """
 
     def __init__(
         self,
@@ -190,6 +195,7 @@ class FlightClient:
         metadata: Metadata | None = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         timeout: float | None = None,
+        keepalive: KeepalivePolicy | None = None,
     ) -> None:
         self.location = location
         self.host, self.port = parse_location(location)
@@ -199,7 +205,7 @@ class FlightClient:
         self._channel: grpclib.client.Channel = (
             InProcessChannel(location)
             if location.startswith(inprocess.SCHEME)
-            else GrpcChannel(self.host, self.port)
+            else GrpcChannel(self.host, self.port, keepalive=keepalive)
         )
 
     async def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import Any
 
@@ -15,9 +16,12 @@ from grpclib.protocol import H2Protocol
 from ..errors import ResourceExhausted
 from . import inprocess
 from .h2buffer import install as install_streaming_buffer
+from .keepalive import KeepalivePolicy, KeepaliveTimer
 from .protowire import check_wire_format
 from .tuning import advertise_max_frame_size, apply_process_tuning, grpc_config
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
+
+log = logging.getLogger(__name__)
 
 
 class RawBytes(bytes):
@@ -55,7 +59,14 @@ WRITE_BUFFER_LOW = 4 * 1024 * 1024
 
 
 class TunedH2Protocol(H2Protocol):
-    """grpclib's protocol, advertising a 4 MiB max frame once the connection is up."""
+    """grpclib's protocol, advertising a 4 MiB max frame once the connection is up, with
+    optional keepalive (see keepalive.py)."""
+
+    def __init__(self, *args: Any, keepalive: KeepalivePolicy | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._keepalive_policy = keepalive
+        self.keepalive: KeepaliveTimer | None = None
+        self._lost_reason: str | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -65,6 +76,39 @@ class TunedH2Protocol(H2Protocol):
         install_streaming_buffer(self.connection._connection)
         advertise_max_frame_size(self.connection._connection)
         self.connection.flush()
+        if self._keepalive_policy is not None:
+            self.keepalive = KeepaliveTimer(
+                self._keepalive_policy,
+                send_ping=self._send_ping,
+                has_open_calls=lambda: bool(self.processor.streams),
+                expire=self._presume_dead,
+            )
+
+    def data_received(self, data: bytes) -> None:
+        if self.keepalive is not None:
+            self.keepalive.heard()
+        super().data_received(data)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self.keepalive is not None:
+            self.keepalive.stop()
+        if self._lost_reason is not None:
+            self.processor.close(reason=self._lost_reason)  # calls fail with the real cause
+        else:
+            super().connection_lost(exc)
+
+    def _send_ping(self, payload: bytes) -> None:
+        self.connection._connection.ping(payload)
+        self.connection.flush()
+
+    def _presume_dead(self, reason: str) -> None:
+        transport = getattr(self.connection, "_transport", None)
+        if transport is None:  # already closing
+            return
+        peer = transport.get_extra_info("peername")
+        log.warning("dropping the connection to %s: %s", peer, reason)
+        self._lost_reason = f"{reason} (peer {peer})" if peer else reason
+        transport.abort()  # close() would wait to flush towards a peer that reads nothing
 
 
 async def _unimplemented(stream: grpclib.server.Stream[Any, Any]) -> None:
@@ -89,10 +133,15 @@ class GrpcServer(grpclib.server.Server):
     """grpclib Server with flightfeed's codec, windows and frame size."""
 
     def __init__(
-        self, handlers: list[Any], max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+        self,
+        handlers: list[Any],
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        *,
+        keepalive: KeepalivePolicy | None = None,
     ) -> None:
         apply_process_tuning()
         super().__init__(handlers, codec=MessageCodec(max_message_size), config=grpc_config())
+        self.keepalive = keepalive
         self._mapping = _MethodsOrUnimplemented(self._mapping)
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
 
@@ -111,7 +160,7 @@ class GrpcServer(grpclib.server.Server):
             self._mapping, self._codec, self._status_details_codec, self.__dispatch__
         )
         self._handlers.add(handler)
-        protocol = TunedH2Protocol(handler, self._config, self._h2_config)
+        protocol = TunedH2Protocol(handler, self._config, self._h2_config, keepalive=self.keepalive)
         self._protocols.add(protocol)
         return protocol
 
@@ -134,9 +183,14 @@ class InProcessChannel(grpclib.client.Channel):
 class GrpcChannel(grpclib.client.Channel):
     """grpclib Channel with flightfeed's codec, windows and frame size."""
 
-    def __init__(self, host: str, port: int, *, ssl: Any = None) -> None:
+    def __init__(
+        self, host: str, port: int, *, ssl: Any = None, keepalive: KeepalivePolicy | None = None
+    ) -> None:
         apply_process_tuning()
         super().__init__(host, port, codec=MessageCodec(), config=grpc_config(), ssl=ssl)
+        self.keepalive = keepalive
 
     def _protocol_factory(self) -> H2Protocol:
-        return TunedH2Protocol(grpclib.client.Handler(), self._config, self._h2_config)
+        return TunedH2Protocol(
+            grpclib.client.Handler(), self._config, self._h2_config, keepalive=self.keepalive
+        )

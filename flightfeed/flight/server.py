@@ -39,6 +39,7 @@ from .._generated.arrow.flight.protocol import (
 from ..errors import FlightfeedError, InvalidArgument, Unimplemented
 from . import inprocess
 from .grpc import GrpcServer, RawBytes
+from .keepalive import KeepalivePolicy
 from .schema import schema_to_ipc
 from .status import status_and_trailers
 from .streams import FlightDataReader, FlightDataWriter
@@ -282,7 +283,8 @@ class FlightServer:
     """Serves a FlightHandler, plus any other grpclib services, on one port.
 
     `async with FlightServer(handler) as server:` listens on 127.0.0.1 and a free port by
-    default; `server.location` is the `grpc://host:port` clients connect to.
+    default; `server.location` is the `grpc://host:port` clients connect to. With `keepalive`,
+    connections of clients that vanish without closing are dropped (their calls cancelled).
     """
 
     def __init__(
@@ -294,6 +296,7 @@ class FlightServer:
         port: int = 0,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         in_process: bool = False,
+        keepalive: KeepalivePolicy | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
@@ -301,7 +304,9 @@ class FlightServer:
         self.in_process = in_process
         self._inproc_location: str | None = None
         self._grpc = GrpcServer(
-            [FlightService(handler, max_message_size), *services], max_message_size
+            [FlightService(handler, max_message_size), *services],
+            max_message_size,
+            keepalive=keepalive,
         )
         self._started = False
 

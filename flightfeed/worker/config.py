@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..flight.keepalive import WORKER_SERVER_KEEPALIVE, KeepalivePolicy
+
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -15,6 +17,8 @@ class WorkerConfig:
     consumer_buffer_batches: per-consumer buffer of a fanned-out (repartition/broadcast) task.
     max_concurrent_tasks: SetPlans beyond this are refused with RESOURCE_EXHAUSTED.
     feed_credits: work units in flight per feed partition (the per-partition window).
+    keepalive: when to ping a caller whose calls went quiet, so the tasks of a coordinator
+        that vanished without closing its connection are cancelled (None: never).
     """
 
     plan_wait_timeout: float = 10.0
@@ -24,6 +28,7 @@ class WorkerConfig:
     consumer_buffer_batches: int = 4
     max_concurrent_tasks: int = 1024
     feed_credits: int = 256
+    keepalive: KeepalivePolicy | None = WORKER_SERVER_KEEPALIVE
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl"):

@@ -56,6 +56,7 @@ class Worker:
             host=host,
             port=port,
             in_process=in_process,
+            keepalive=self.config.keepalive,
         )
         self._stack: AsyncExitStack | None = None
 

@@ -14,6 +14,8 @@ import pyarrow.flight as flight
 import pytest
 
 from flightfeed._version import __version__
+from flightfeed.cli import build_parser, worker_config
+from flightfeed.flight import KeepalivePolicy
 from flightfeed.flight.grpc import GrpcChannel
 from flightfeed.flight.tuning import run
 
@@ -157,3 +159,35 @@ def test_bad_session_builder_path_is_a_clear_error() -> None:
     assert "flightfeed: error:" in out.stderr
     assert "no_such_module_xyz" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], KeepalivePolicy(interval=30.0, timeout=20.0)),
+        (["--keepalive", "5", "--keepalive-timeout", "2.5"], KeepalivePolicy(5.0, 2.5)),
+        (["--keepalive", "0"], None),
+    ],
+)
+def test_worker_keepalive_options_shape_its_config(
+    argv: list[str], expected: KeepalivePolicy | None
+) -> None:
+    args = build_parser().parse_args(["worker", *argv])
+    assert worker_config(args).keepalive == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--keepalive", "-1"], "must be 0 or more seconds"),
+        (["--keepalive-timeout", "0"], "must be more than 0 seconds"),
+        (["--keepalive", "soon"], "must be a number of seconds, got 'soon'"),
+    ],
+)
+def test_bad_keepalive_options_are_refused_clearly(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["worker", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

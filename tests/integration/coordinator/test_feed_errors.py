@@ -28,6 +28,7 @@ from flightfeed._version import __version__
 from flightfeed.coordinator import ChannelResolver, Coordinator, StaticWorkerResolver
 from flightfeed.errors import Cancelled, FeedError, RemoteError, VersionMismatch
 from flightfeed.feeds import FeedRegistry
+from flightfeed.flight import KeepalivePolicy
 from flightfeed.plan import Coalesce, CodecRegistry, encode_plan
 from flightfeed.protocol import WorkerClient
 from flightfeed.testing import start_workers, tcp_proxy, wait_for_no_tasks
@@ -156,6 +157,45 @@ async def test_a_worker_that_disconnects_mid_feed_fails_the_query_clearly() -> N
     assert info.value.origin is not None
     assert info.value.origin.worker_url == proxy.location
     assert info.value.origin.query_id
+    assert sorted(provider.closed) == [0, 1]
+
+
+async def test_a_worker_that_goes_silent_mid_feed_fails_the_query_and_frees_its_tasks() -> None:
+    # No FIN, no RST: a paused machine or a partition. Keepalive on both ends turns the silence
+    # into an error at the caller and into cancelled tasks on the worker.
+    fast = KeepalivePolicy(interval=0.05, timeout=0.3)
+    with probe(delays={0: [1], 1: [1]}) as found:
+        provider = BytesProvider([10_000_000] * 2, probe=found)
+        plan = Coalesce(probe_scan(provider, found, every=1_000))
+        channels = ChannelResolver(keepalive=fast)
+        async with (
+            start_workers(
+                1, session_builder=feed_session_builder, config=WorkerConfig(keepalive=fast)
+            ) as (worker,),
+            tcp_proxy(worker.location) as proxy,
+            Coordinator(
+                StaticWorkerResolver([proxy.location]),
+                **coordinator_options(
+                    task_estimators={"ProbeScan": ProbeScanEstimator()}, channels=channels
+                ),
+            ) as coordinator,
+        ):
+
+            async def read_and_freeze_after_two_batches() -> None:
+                batches = 0
+                async for _ in coordinator.execute(plan):
+                    batches += 1
+                    if batches == 2:
+                        proxy.freeze()
+
+            with anyio.fail_after(10), pytest.raises(RemoteError) as info:
+                await read_and_freeze_after_two_batches()
+            with anyio.fail_after(10):
+                await wait_for_no_tasks([worker])
+        await channels.aclose()
+    assert "no reply to an HTTP/2 PING" in str(info.value)
+    assert info.value.origin is not None
+    assert info.value.origin.worker_url == proxy.location
     assert sorted(provider.closed) == [0, 1]
 
 
