@@ -76,9 +76,10 @@ async def test_client_fails_calls_to_a_server_that_went_silent() -> None:
 async def test_quiet_calls_on_a_live_connection_are_left_alone() -> None:
     handler = GatedHandler()
     results: list[pa.Table] = []
+    patient = KeepalivePolicy(interval=FAST.interval, timeout=10)  # a slow CI box is not dead
     async with (
         running_server(handler) as location,
-        FlightClient(location, keepalive=FAST) as client,
+        FlightClient(location, keepalive=patient) as client,
     ):
 
         async def fetch() -> None:
