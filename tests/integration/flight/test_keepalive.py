@@ -95,31 +95,12 @@ async def test_quiet_calls_on_a_live_connection_are_left_alone() -> None:
     assert pings >= 1  # the quiet stretch was really probed, and the replies kept it open
 
 
-async def test_server_cancels_the_calls_of_a_client_that_went_silent() -> None:
-    handler = GatedHandler()
-    async with (
-        running_server(handler, keepalive=FAST) as location,
-        tcp_proxy(location) as proxy,
-        FlightClient(proxy.location) as client,
-        anyio.create_task_group() as tg,
-    ):
-
-        async def fetch() -> None:
-            await client.do_get(b"t").read_all()
-
-        tg.start_soon(fetch)
-        await handler.started.wait()
-        proxy.freeze()
-        with anyio.fail_after(10):
-            await handler.cancelled.wait()
-        tg.cancel_scope.cancel()  # the client never learns: its proxy is frozen
-
-
 class EndlessHandler(FlightHandler):
-    """DoGet streams 1 MB batches until cancelled."""
+    """DoGet streams 1 MB batches until cancelled: towards a peer that reads nothing, its
+    send buffers fill up, and a graceful close would wait forever for them to drain."""
 
     def __init__(self) -> None:
-        self.streaming = anyio.Event()
+        self.started = anyio.Event()
         self.cancelled = anyio.Event()
 
     async def do_get(self, ctx: CallContext, ticket: bytes, writer: FlightDataWriter) -> None:
@@ -128,16 +109,19 @@ class EndlessHandler(FlightHandler):
         try:
             while True:
                 await writer.write(batch)
-                self.streaming.set()
+                self.started.set()
         except anyio.get_cancelled_exc_class():
             self.cancelled.set()
             raise
 
 
-async def test_server_drops_a_silent_client_even_while_its_send_buffers_are_full() -> None:
-    # Towards a peer that reads nothing, a graceful close would wait forever for the buffered
-    # bytes to drain; the keepalive must abort instead.
-    handler = EndlessHandler()
+@pytest.mark.parametrize(
+    "handler_type", [GatedHandler, EndlessHandler], ids=["quiet-call", "full-send-buffers"]
+)
+async def test_server_cancels_the_calls_of_a_client_that_went_silent(
+    handler_type: type[GatedHandler | EndlessHandler],
+) -> None:
+    handler = handler_type()
     async with (
         running_server(handler, keepalive=FAST) as location,
         tcp_proxy(location) as proxy,
@@ -150,8 +134,8 @@ async def test_server_drops_a_silent_client_even_while_its_send_buffers_are_full
                 pass
 
         tg.start_soon(fetch)
-        await handler.streaming.wait()
+        await handler.started.wait()
         proxy.freeze()
         with anyio.fail_after(10):
             await handler.cancelled.wait()
-        tg.cancel_scope.cancel()
+        tg.cancel_scope.cancel()  # the client never learns: its proxy is frozen
