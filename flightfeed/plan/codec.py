@@ -55,6 +55,18 @@ def parse_payload(message: type[M], payload: bytes, kind: str) -> M:
     return parse_message(message, payload, f"{kind} payload")
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def decode_enum(table: Mapping[K, V], value: V, what: str) -> K:
+    """The key whose wire value is `value` in an encode table; PlanDecodeError if none is."""
+    for key, wire in table.items():
+        if wire == value:
+            return key
+    raise PlanDecodeError(f"unknown {what} {int(value)}")  # type: ignore[call-overload]
+
+
 class CodecRegistry:
     """Node kind -> codec. Immutable: `with_codec` returns a new registry."""
 

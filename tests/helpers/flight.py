@@ -27,9 +27,10 @@ from flightfeed.flight import (
     FlightHandler,
     FlightServer,
     PutResultWriter,
+    command_descriptor,
 )
 
-from .arrow_data import StreamCase
+from .arrow_data import StreamCase, assert_stream_equal
 
 T = TypeVar("T")
 Received = list[tuple[pa.RecordBatch | None, bytes | None]]
@@ -194,6 +195,35 @@ def expected_acks(case: StreamCase) -> list[bytes]:
         put_ack(i, batch, meta)
         for i, (batch, meta) in enumerate(zip(case.batches, case.metadata, strict=True))
     ]
+
+
+async def doget_both_clients(case: StreamCase) -> None:
+    """Serve `case`; pyarrow's C++ client and flightfeed's client must each read it intact."""
+    store = StoreHandler()
+    store.add(b"ticket", case)
+    async with running_server(store) as location:
+        schema, received = await in_thread(cpp_do_get, location, b"ticket")
+        assert_stream_equal(case, schema, received)
+        schema, received = await ff_do_get(location, b"ticket")
+        assert_stream_equal(case, schema, received)
+
+
+async def doput_both_clients(case: StreamCase) -> None:
+    """Upload `case` with each client; the server must store it intact and ack every batch."""
+    store = StoreHandler()
+    async with running_server(store) as location:
+        descriptor = fl.FlightDescriptor.for_command(b"from-cpp")
+        assert await in_thread(cpp_do_put, location, descriptor, case) == expected_acks(case)
+        stored = store.streams[b"from-cpp"]
+        assert_stream_equal(case, stored.schema, stored.items)
+
+        ff_descriptor = command_descriptor(b"from-ff")
+        async with FlightClient(location) as client:
+            acks = await client.do_put(ff_descriptor, case.schema, as_source(case))
+        assert acks == expected_acks(case)
+        stored = store.streams[descriptor_key(ff_descriptor)]
+        assert stored.descriptor == ff_descriptor
+        assert_stream_equal(case, stored.schema, stored.items)
 
 
 async def assert_serves(location: str, handler: StoreHandler, *, ticket: bytes = b"ok") -> None:

@@ -37,7 +37,7 @@ from ..base import (
     closing,
     expect_children,
 )
-from ..codec import DecodeContext, parse_payload
+from ..codec import DecodeContext, decode_enum, parse_payload
 from ..expr import Expr, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto, named_from_proto, named_to_proto
 from ..functions import BUILTINS, FunctionRegistry
@@ -235,10 +235,7 @@ class HashAggregateCodec:
     ) -> ExecutionPlan:
         msg = parse_payload(HashAggregateNode, payload, kind)
         expect_children(kind, children, 1)
-        modes = {v: k for k, v in _MODES.items()}
-        mode = modes.get(msg.mode)
-        if mode is None:
-            raise PlanDecodeError(f"unknown aggregate mode {int(msg.mode)}")
+        mode = decode_enum(_MODES, msg.mode, "aggregate mode")
         aggregates = []
         for a in msg.aggregates:
             if not a.function or not a.name:

@@ -27,7 +27,7 @@ from ..base import (
     closing,
     expect_children,
 )
-from ..codec import DecodeContext, parse_payload
+from ..codec import DecodeContext, decode_enum, parse_payload
 from ..offload import run_compute
 
 OUTPUT_BATCH_ROWS = 65536
@@ -174,10 +174,7 @@ class HashJoinCodec:
     ) -> ExecutionPlan:
         msg = parse_payload(HashJoinNode, payload, kind)
         expect_children(kind, children, 2)
-        names = {v: k for k, v in JOIN_TYPES.items()}
-        join_type = names.get(msg.join_type)
-        if join_type is None:
-            raise PlanDecodeError(f"unknown join type {int(msg.join_type)}")
+        join_type = decode_enum(JOIN_TYPES, msg.join_type, "join type")
         if len(msg.left_keys) != len(msg.right_keys):
             raise PlanDecodeError("HashJoin needs as many left keys as right keys")
         on = list(zip(msg.left_keys, msg.right_keys, strict=True))

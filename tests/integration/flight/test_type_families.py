@@ -23,13 +23,10 @@ from helpers.arrow_data import (
 from helpers.flight import (
     Received,
     StoreHandler,
-    as_source,
     cpp_client,
-    cpp_do_get,
-    cpp_do_put,
     cpp_read,
-    expected_acks,
-    ff_do_get,
+    doget_both_clients,
+    doput_both_clients,
     in_thread,
     running_server,
 )
@@ -57,39 +54,14 @@ def cpp_exchange(location: str, case: StreamCase) -> tuple[pa.Schema, Received]:
     return result
 
 
-async def check_doget(case: StreamCase) -> None:
-    store = StoreHandler()
-    store.add(b"ticket", case)
-    async with running_server(store) as location:
-        schema, received = await in_thread(cpp_do_get, location, b"ticket")
-        assert_stream_equal(case, schema, received)
-        schema, received = await ff_do_get(location, b"ticket")
-        assert_stream_equal(case, schema, received)
-
-
-async def check_doput(case: StreamCase) -> None:
-    store = StoreHandler()
-    async with running_server(store) as location:
-        descriptor = fl.FlightDescriptor.for_command(b"from-cpp")
-        assert await in_thread(cpp_do_put, location, descriptor, case) == expected_acks(case)
-        stored = store.streams[b"from-cpp"]
-        assert_stream_equal(case, stored.schema, stored.items)
-
-        async with FlightClient(location) as client:
-            acks = await client.do_put(command_descriptor(b"from-ff"), case.schema, as_source(case))
-        assert acks == expected_acks(case)
-        stored = store.streams[b"from-ff"]
-        assert_stream_equal(case, stored.schema, stored.items)
-
-
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 async def test_doget_cpp_and_flightfeed_clients(case: StreamCase) -> None:
-    await check_doget(case)
+    await doget_both_clients(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 async def test_doput_cpp_and_flightfeed_clients(case: StreamCase) -> None:
-    await check_doput(case)
+    await doput_both_clients(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
@@ -120,11 +92,11 @@ async def test_doexchange_echo_flightfeed_client() -> None:
 
 
 async def test_large_batch_doget() -> None:
-    await check_doget(LARGE)
+    await doget_both_clients(LARGE)
 
 
 async def test_large_batch_doput() -> None:
-    await check_doput(LARGE)
+    await doput_both_clients(LARGE)
 
 
 @pytest.mark.parametrize(

@@ -12,20 +12,12 @@ import struct
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.flight as fl
 import pytest
 from helpers.arrow_data import StreamCase, assert_stream_equal, random_batch, stream_cases
 from helpers.flight import (
     Received,
-    StoreHandler,
-    as_source,
-    cpp_do_get,
-    cpp_do_put,
-    descriptor_key,
-    expected_acks,
-    ff_do_get,
-    in_thread,
-    running_server,
+    doget_both_clients,
+    doput_both_clients,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -33,7 +25,6 @@ from hypothesis import strategies as st
 from flightfeed._generated.arrow.flight.protocol import FlightData
 from flightfeed.errors import InvalidArgument
 from flightfeed.flight import (
-    FlightClient,
     FlightDataDecoder,
     FlightDataEncoder,
     command_descriptor,
@@ -224,30 +215,11 @@ NETWORK = settings(
 @NETWORK
 @given(case=stream_cases(max_fields=3))
 async def test_random_streams_doget_both_clients(case: StreamCase) -> None:
-    store = StoreHandler()
-    store.add(b"t", case)
-    async with running_server(store) as location:
-        schema, received = await in_thread(cpp_do_get, location, b"t")
-        assert_stream_equal(case, schema, received)
-        schema, received = await ff_do_get(location, b"t")
-        assert_stream_equal(case, schema, received)
+    await doget_both_clients(case)
 
 
 @pytest.mark.anyio
 @NETWORK
 @given(case=stream_cases(max_fields=3))
 async def test_random_streams_doput_both_clients(case: StreamCase) -> None:
-    store = StoreHandler()
-    async with running_server(store) as location:
-        acks = await in_thread(cpp_do_put, location, fl.FlightDescriptor.for_command(b"cpp"), case)
-        assert acks == expected_acks(case)
-        stored = store.streams[b"cpp"]
-        assert_stream_equal(case, stored.schema, stored.items)
-
-        descriptor = command_descriptor(b"ff")
-        async with FlightClient(location) as client:
-            acks = await client.do_put(descriptor, case.schema, as_source(case))
-        assert acks == expected_acks(case)
-        stored = store.streams[descriptor_key(descriptor)]
-        assert stored.descriptor == descriptor
-        assert_stream_equal(case, stored.schema, stored.items)
+    await doput_both_clients(case)

@@ -144,6 +144,20 @@ def test_structural_errors_are_decode_errors() -> None:
         decode_plan(bytes(deep), REGISTRY, SESSION)
 
 
+@pytest.mark.parametrize(
+    ("kind", "field_key", "message"),
+    [
+        ("HashAggregate", 0x08, "unknown aggregate mode 99"),
+        ("HashJoin", 0x18, "unknown join type 99"),
+    ],
+)
+def test_unknown_enum_values_are_decode_errors(kind: str, field_key: int, message: str) -> None:
+    root = PlanNode.parse(encode_plan(every_node()[kind], REGISTRY))
+    root.payload += bytes([field_key, 99])  # the varint enum field again: the last value wins
+    with pytest.raises(PlanDecodeError, match=message):
+        decode_plan(bytes(root), REGISTRY, SESSION)
+
+
 def test_encoding_a_node_without_codec_fails_clearly() -> None:
     with pytest.raises(InvalidArgument, match="Custom"):
         encode_plan(Custom(), REGISTRY)
