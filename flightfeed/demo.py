@@ -23,8 +23,6 @@ import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._generated.arrow.flight.protocol import FlightEndpoint, FlightInfo, Location, Ticket
-from ._generated.flightfeed.v1 import ExecuteTaskRequest, NoneHead, SetPlanRequest, TaskKey
 from .errors import NotFound
 from .examples.chunk_scan import (
     RemoteScan,
@@ -34,7 +32,16 @@ from .examples.chunk_scan import (
     chunk_session_builder,
     scan,
 )
-from .flight import FlightDataWriter, FlightDescriptor, FlightHandler, FlightServer
+from .flight import (
+    FlightDataWriter,
+    FlightDescriptor,
+    FlightEndpoint,
+    FlightHandler,
+    FlightInfo,
+    FlightServer,
+    Location,
+    Ticket,
+)
 from .flight.schema import schema_to_ipc
 from .flight.server import CallContext
 from .plan import (
@@ -53,7 +60,7 @@ from .plan import (
     lit,
     open_task_context,
 )
-from .protocol import WorkerClient
+from .protocol import SetPlanRequest, TaskKey, WorkerClient, execute_task_ticket
 from .testing import start_cluster, start_workers
 
 DEMO_ROWS = 2_000_000
@@ -176,10 +183,7 @@ async def _run_on_workers(table: pa.Table, workers: int) -> tuple[pa.Table, int]
                 query_start_time_ns=time.time_ns(),
             )
             channels.append(await stack.enter_async_context(client.open_task(request)))
-            ticket = ExecuteTaskRequest(
-                task_key=key, target_partition_start=0, target_partition_end=2, none=NoneHead()
-            )
-            tickets.append((worker.location, bytes(ticket)))
+            tickets.append((worker.location, execute_task_ticket(key, 0, 2)))
         parts = await anyio.to_thread.run_sync(_doget_tickets, tickets)
         for channel in channels:
             await channel.wait_metrics()

@@ -1,12 +1,15 @@
 """flightfeed's exception hierarchy: one root, a few meaningful kinds, each with a gRPC status.
 
-Errors keep a typed code, message and origin (worker URL, task key) across the wire: the server
-puts an ErrorDetail in the `flightfeed-error-bin` trailer and the client rebuilds the same class.
+The classes are the one table of error kinds: each names its `status` (what any gRPC or Flight
+client sees) and its `code` (what a flightfeed peer uses to rebuild the same class; the
+`ErrorCode` enum of the wire protocol has a member of the same name). An error keeps the class
+name of the exception it stands for (`error_type`) and where it happened (`origin`: the
+component, the worker and the task).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from grpclib.const import Status
@@ -14,20 +17,30 @@ from grpclib.const import Status
 
 @dataclass(frozen=True)
 class ErrorOrigin:
-    """Where an error happened: the worker and the task, when known."""
+    """Where an error happened. An empty `worker_url` means the coordinator (or this process);
+    `component` names the part that failed (session builder, feed provider, plan decode, ...)."""
 
     worker_url: str = ""
     query_id: bytes = b""
     stage_id: int = 0
     task_number: int = 0
     attempt: int = 0
+    component: str = ""
+
+    @property
+    def task(self) -> str:
+        """The task as `query/stage/task#attempt`, or "" when the error is not a task's."""
+        if not self.query_id:
+            return ""
+        return f"{self.query_id.hex()}/{self.stage_id}/{self.task_number}#{self.attempt}"
+
+    def with_component(self, component: str) -> ErrorOrigin:
+        return replace(self, component=component)
 
     def __str__(self) -> str:
-        where = self.worker_url or "local"
-        if self.query_id:
-            task = f"{self.query_id.hex()}/{self.stage_id}/{self.task_number}#{self.attempt}"
-            return f"{where} task {task}"
-        return where
+        """The place (the component is in the error's message already)."""
+        where = self.worker_url or "the coordinator"
+        return f"{where} task {self.task}" if self.query_id else where
 
 
 class FlightfeedError(Exception):
@@ -49,9 +62,28 @@ class FlightfeedError(Exception):
         self.error_type = error_type or type(self).__name__
 
     def __str__(self) -> str:
-        if self.origin is not None:
+        if self.origin is not None and (self.origin.worker_url or self.origin.query_id):
             return f"{self.message} (at {self.origin})"
         return self.message
+
+    def locate(self, origin: ErrorOrigin) -> FlightfeedError:
+        """Say where the error happened, unless a place closer to its cause already did (an
+        origin naming a worker or a task); a component named earlier is kept."""
+        found = self.origin
+        if found is None:
+            self.origin = origin
+        elif not (found.worker_url or found.query_id):
+            self.origin = replace(origin, component=found.component or origin.component)
+        return self
+
+    @property
+    def described(self) -> str:
+        """The message with the original exception's class when it is not this class:
+        `KeyError: 'x'` (what a gRPC status message carries to clients of any language)."""
+        text = str(self)
+        if self.error_type not in (type(self).__name__, ""):
+            return f"{self.error_type}: {text}"
+        return text
 
 
 class InvalidArgument(FlightfeedError):
@@ -61,13 +93,6 @@ class InvalidArgument(FlightfeedError):
     code = "INVALID_ARGUMENT"
 
 
-class NotFound(FlightfeedError):
-    """The request names something the server does not have (task, flight, action)."""
-
-    status = Status.NOT_FOUND
-    code = "NOT_FOUND"
-
-
 class PlanDecodeError(InvalidArgument):
     """Plan bytes could not be decoded into an execution plan."""
 
@@ -75,15 +100,21 @@ class PlanDecodeError(InvalidArgument):
 
 
 class UnknownUdfError(InvalidArgument):
-    """A plan names a UDF the session does not provide."""
+    """A plan names a function the session does not provide (register it in the session)."""
 
     code = "UNKNOWN_UDF"
 
 
-class ExecutionError(FlightfeedError):
-    """A plan node failed while running; the message is the original one."""
+class NotFound(FlightfeedError):
+    """The request names something the server does not have (task, flight, action)."""
 
-    status = Status.INTERNAL
+    status = Status.NOT_FOUND
+    code = "NOT_FOUND"
+
+
+class ExecutionError(FlightfeedError):
+    """User code or a plan node failed while running; `error_type` is the original class."""
+
     code = "EXECUTION"
 
 
@@ -95,7 +126,7 @@ class FeedError(FlightfeedError):
 
 
 class VersionMismatch(FlightfeedError):
-    """A worker runs a flightfeed version the coordinator refuses to talk to."""
+    """A peer is not a flightfeed worker of this version, so it cannot be given plans."""
 
     status = Status.FAILED_PRECONDITION
     code = "VERSION_MISMATCH"
@@ -108,25 +139,11 @@ class Cancelled(FlightfeedError):
     code = "CANCELLED"
 
 
-class TimeoutError_(FlightfeedError):
-    """Something did not happen within its bound (a plan that never arrived, a deadline)."""
-
-    status = Status.DEADLINE_EXCEEDED
-    code = "TIMEOUT"
-
-
 class ResourceExhausted(FlightfeedError):
     """A limit was hit: message size, concurrent tasks, memory budget."""
 
     status = Status.RESOURCE_EXHAUSTED
     code = "RESOURCE_EXHAUSTED"
-
-
-class Unauthenticated(FlightfeedError):
-    """Missing or wrong credentials."""
-
-    status = Status.UNAUTHENTICATED
-    code = "UNAUTHENTICATED"
 
 
 class Unimplemented(FlightfeedError):
@@ -137,30 +154,53 @@ class Unimplemented(FlightfeedError):
 
 
 class RemoteError(FlightfeedError):
-    """A gRPC error from a peer that carried no flightfeed error detail."""
+    """A failed call that carried no flightfeed error: a foreign server's status, or a lost
+    connection (UNAVAILABLE)."""
 
     code = "REMOTE"
 
-    def __init__(self, message: str, *, grpc_status: Status, **kwargs: object) -> None:
-        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        message: str,
+        *,
+        grpc_status: Status,
+        origin: ErrorOrigin | None = None,
+        error_type: str = "",
+    ) -> None:
+        super().__init__(message, origin=origin, error_type=error_type)
         self.grpc_status = grpc_status
 
 
-ERROR_CLASSES: dict[str, type[FlightfeedError]] = {
+ERROR_KINDS: dict[str, type[FlightfeedError]] = {
     cls.code: cls
     for cls in (
         FlightfeedError,
         InvalidArgument,
-        NotFound,
         PlanDecodeError,
         UnknownUdfError,
+        NotFound,
         ExecutionError,
         FeedError,
         VersionMismatch,
         Cancelled,
-        TimeoutError_,
         ResourceExhausted,
-        Unauthenticated,
         Unimplemented,
     )
 }
+"""Error class by `code`: how a peer's error is rebuilt as the same class."""
+
+
+def as_flightfeed_error(exc: BaseException, component: str = "") -> FlightfeedError:
+    """Any exception as a FlightfeedError; a foreign one becomes an ExecutionError keeping its
+    class name. With `component` (e.g. "session builder"), the error says which part failed:
+    in its origin, and in its message for clients that only see a gRPC status message."""
+    if isinstance(exc, FlightfeedError):
+        error = exc
+    else:
+        error = ExecutionError(str(exc) or type(exc).__name__, error_type=type(exc).__name__)
+        error.__cause__ = exc
+    if component and not (error.origin and error.origin.component):
+        error.origin = (error.origin or ErrorOrigin()).with_component(component)
+        error.message = f"{component} failed: {error.message}"
+        error.args = (error.message,)
+    return error

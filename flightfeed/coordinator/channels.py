@@ -1,8 +1,9 @@
-"""ChannelResolver: one WorkerClient, so one HTTP/2 connection, per worker URL.
+"""ChannelResolver: one WorkerChannel per worker URL (over gRPC: one HTTP/2 connection).
 
-Every task channel and ExecuteTask of every query to a worker shares its connection for the
-resolver's lifetime. A worker is version-checked the first time it is used; a worker that
-fails the check is not kept, so a later query checks it again (it may have been upgraded).
+Every task channel and ExecuteTask of every query to a worker shares its channel for the
+resolver's lifetime; `inproc://` workers of this process get an in-process channel. A worker is
+version-checked the first time it is used; a worker that fails the check is not kept, so a later
+query checks it again (it may have been upgraded).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import anyio
 
 from .._version import __version__
 from ..flight.keepalive import WORKER_CLIENT_KEEPALIVE, KeepalivePolicy
-from ..protocol import WorkerClient
+from ..protocol import WorkerChannel, connect_worker
 from .version import check_worker_version
 
 
 class ChannelResolver:
-    """Clients by worker URL, created and version-checked on first use, closed on `aclose`.
+    """Channels by worker URL, created and version-checked on first use, closed on `aclose`.
 
     Connections keep alive with `keepalive`: a worker that stops answering without closing
     its connection (power loss, partition) fails its queries instead of hanging them.
@@ -37,12 +38,13 @@ class ChannelResolver:
         self._keepalive = keepalive
         self._check_version = check_version
         self._expected = expected_version
-        self._clients: dict[str, WorkerClient] = {}
+        self._clients: dict[str, WorkerChannel] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._closed = False
 
-    async def client(self, url: str) -> WorkerClient:
-        """The worker's client; VersionMismatch if it runs another flightfeed version."""
+    async def channel(self, url: str) -> WorkerChannel:
+        """The worker's channel; VersionMismatch if it is not a flightfeed worker of this
+        version."""
         found = self._clients.get(url)
         if found is not None:
             return found
@@ -53,7 +55,7 @@ class ChannelResolver:
                 return found
             if self._closed:
                 raise RuntimeError("ChannelResolver is closed")
-            client = WorkerClient(url, metadata=self._metadata, keepalive=self._keepalive)
+            client = connect_worker(url, metadata=self._metadata, keepalive=self._keepalive)
             try:
                 if self._check_version:
                     await check_worker_version(client, url, self._expected)
@@ -66,11 +68,11 @@ class ChannelResolver:
 
     @property
     def urls(self) -> list[str]:
-        """Workers with an open client."""
+        """Workers with an open channel."""
         return list(self._clients)
 
     async def forget(self, url: str) -> None:
-        """Close a worker's client (after it failed); the next use reconnects."""
+        """Close a worker's channel (after it failed); the next use reconnects."""
         client = self._clients.pop(url, None)
         if client is not None:
             await client.close()

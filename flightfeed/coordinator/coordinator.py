@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Final, TypeAlias
 
 import anyio
+import anyio.to_thread
 import pyarrow as pa
 from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
 
@@ -231,9 +232,10 @@ class Coordinator:
             assignment = distributed.assign(workers, self._next_worker)
             self._next_worker = (self._next_worker + len(assignment)) % len(workers)
             used = dict.fromkeys(assignment.values())
-            clients = {url: await self.channels.client(url) for url in used}
+            channels = {url: await self.channels.channel(url) for url in used}
             for stage in distributed.stages:
-                plan_proto = encode_plan(stage.plan, self.codecs)
+                # Off the loop: a plan may carry large in-memory tables.
+                plan_proto = await anyio.to_thread.run_sync(encode_plan, stage.plan, self.codecs)
                 for task in stage.tasks:
                     url = assignment[(stage.stage_id, task.task_number)]
                     key = TaskKey(
@@ -245,7 +247,7 @@ class Coordinator:
                         url,
                         feed_partitions={f: list(a.partitions) for f, a in task.feeds.items()},
                     )
-                    runtime.add(TaskRun(stage, task, key, url, clients[url], plan_proto, record))
+                    runtime.add(TaskRun(stage, task, key, url, channels[url], plan_proto, record))
         self.metrics.add(metrics)
         return runtime, distributed.root
 

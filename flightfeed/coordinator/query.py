@@ -16,10 +16,10 @@ import anyio
 import pyarrow as pa
 from grpclib.const import Status
 
-from .._generated.flightfeed.v1 import ExecuteTaskRequest, NoneHead, TaskKey, WorkUnit
+from .._generated.flightfeed.v1 import TaskKey, WorkUnit
 from ..errors import ErrorOrigin, FeedError, FlightfeedError, RemoteError
 from ..feeds import FeedDispatcher
-from ..protocol import WorkerClient
+from ..protocol import TaskId, WorkerChannel, execute_task_request
 from .metrics import QueryMetrics, TaskRecord
 from .stage import Stage, StageTask
 
@@ -32,7 +32,7 @@ class TaskRun:
     task: StageTask
     key: TaskKey
     worker_url: str
-    client: WorkerClient
+    channel: WorkerChannel
     plan_proto: bytes
     record: TaskRecord
     ready: anyio.Event = field(default_factory=anyio.Event)
@@ -41,22 +41,14 @@ class TaskRun:
 
     @property
     def origin(self) -> ErrorOrigin:
-        return ErrorOrigin(
-            self.worker_url,
-            self.key.query_id,
-            self.key.stage_id,
-            self.key.task_number,
-            self.key.attempt,
-        )
+        return TaskId.of(self.key).origin(self.worker_url)
 
 
 def query_error(exc: Exception, origin: ErrorOrigin | None) -> FlightfeedError:
-    """A failure as the caller sees it: flightfeed errors as they are (with an origin), and
+    """A failure as the caller sees it: flightfeed errors as they are (located), and
     anything else (a broken connection) as a RemoteError naming the worker."""
     if isinstance(exc, FlightfeedError):
-        if exc.origin is None and origin is not None:
-            exc.origin = origin
-        return exc
+        return exc.locate(origin) if origin is not None else exc
     where = f"worker {origin.worker_url}" if origin is not None else "a worker"
     error = RemoteError(
         f"connection to {where} failed: {exc or type(exc).__name__}",
@@ -132,15 +124,10 @@ class QueryRuntime:
         """Every output partition of one task, read with one ExecuteTask from its worker."""
         run = self.tasks[(stage.stage_id, task_number)]
         await run.ready.wait()
-        request = ExecuteTaskRequest(
-            task_key=run.key,
-            target_partition_start=0,
-            target_partition_end=stage.partitions_per_task,
-            none=NoneHead(),
-        )
+        request = execute_task_request(run.key, 0, stage.partitions_per_task)
         try:
-            async with run.client.execute_task(request, headers=self.headers) as reader:
-                yield reader.__aiter__()
+            async with run.channel.execute_task(request, headers=self.headers) as batches:
+                yield aiter(batches)
         except FlightfeedError as error:
             raise query_error(error, run.origin) from None
 

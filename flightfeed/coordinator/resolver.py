@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..errors import InvalidArgument
-from ..flight.client import parse_location
+from ..protocol import check_worker_url
 
 
 class WorkerResolver(Protocol):
@@ -22,7 +22,7 @@ class StaticWorkerResolver:
         if isinstance(urls, str):
             raise InvalidArgument("StaticWorkerResolver takes a list of URLs, not one string")
         for url in urls:
-            parse_location(url)  # InvalidArgument early, not at the first query
+            check_worker_url(url)  # InvalidArgument early, not at the first query
         self._urls = list(urls)
 
     async def workers(self) -> list[str]:

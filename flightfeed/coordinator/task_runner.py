@@ -2,14 +2,13 @@
 
 The channel carries the SetPlan, then the dispatcher's WorkUnitBatches; the worker answers
 with credit grants (fed to the dispatcher) and finally TaskMetrics. When the query is
-cancelled the task gets a CancelTask before its channel is reset, so the worker drops the
-task at once, whatever it was doing.
+cancelled the task gets a CancelTask before its channel closes, so the worker drops the task at
+once, whatever it was doing. The channel is a WorkerChannel's: gRPC or in-process alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Final
 
@@ -17,7 +16,7 @@ import anyio
 import betterproto2
 
 from .._generated.flightfeed.v1 import SetPlanRequest, TaskMetrics, WorkUnitBatch
-from ..errors import FeedError
+from ..errors import FeedError, FlightfeedError
 from ..feeds import (
     DEFAULT_DELIVERY_LOG_LIMIT,
     DEFAULT_LINGER_SECONDS,
@@ -25,14 +24,11 @@ from ..feeds import (
     DEFAULT_MAX_BATCH_UNITS,
     FeedDispatcher,
 )
-from ..flight.status import from_detail
 from ..plan.base import TaskContext
 from ..plan.functions import PlanSession
-from ..protocol import TaskChannel
+from ..protocol import TaskChannel, TaskId, from_detail
 from .query import QueryRuntime, TaskRun
 
-CANCEL_SEND_TIMEOUT: Final = 1.0
-"""How long a cancelled task's CancelTask may take to send before the channel is just reset."""
 SEND_FAILURE_GRACE: Final = 1.0
 """After a failed send, how long to wait for the channel's status (the better error)."""
 
@@ -46,21 +42,6 @@ class DispatchOptions:
     linger: float = DEFAULT_LINGER_SECONDS
     keep_delivery_log: bool = True
     delivery_log_limit: int = DEFAULT_DELIVERY_LOG_LIMIT
-
-
-class _Sender:
-    """Sends the dispatcher's batches; remembers a send cut short, after which the stream
-    may hold half a message and must not carry another (not even a CancelTask)."""
-
-    def __init__(self) -> None:
-        self.channel: TaskChannel | None = None
-        self.interrupted = False
-
-    async def send(self, batch: WorkUnitBatch) -> None:
-        assert self.channel is not None
-        self.interrupted = True
-        await self.channel.send_work_units(batch)
-        self.interrupted = False
 
 
 async def run_task(
@@ -90,7 +71,12 @@ async def _run(
     options: DispatchOptions,
     headers: Mapping[str, str] | None,
 ) -> TaskMetrics:
-    sender = _Sender()
+    channel: TaskChannel | None = None
+
+    async def send(batch: WorkUnitBatch) -> None:
+        assert channel is not None, "the dispatcher sends only once the worker granted credit"
+        await channel.send_work_units(batch)
+
     set_plan = SetPlanRequest(
         task_key=run.key,
         task_count=run.stage.task_count,
@@ -107,31 +93,26 @@ async def _run(
         )
         dispatcher = FeedDispatcher(
             run.task.feeds,
-            sender.send,
+            send,
             ctx,
             max_batch_units=options.max_batch_units,
             max_batch_bytes=options.max_batch_bytes,
             linger=options.linger,
             keep_log=options.keep_delivery_log,
             log_limit=options.delivery_log_limit,
+            origin=TaskId.of(run.key).origin(),  # the provider runs here, not on the worker
         )
         set_plan.work_unit_feed_declarations = dispatcher.declarations()
         run.dispatcher = dispatcher
         run.record.attach(dispatcher)
-    async with run.client.open_task(set_plan, headers=headers) as channel:
-        sender.channel = channel
+    async with run.channel.open_task(set_plan, headers=headers) as opened:
+        channel = opened
         run.ready.set()
         try:
-            return await _serve(channel, dispatcher)
+            return await _serve(opened, dispatcher)
         except anyio.get_cancelled_exc_class():
-            if not sender.interrupted:
-                # (a channel that is gone already has nothing left to cancel)
-                with (
-                    anyio.CancelScope(shield=True),
-                    anyio.move_on_after(CANCEL_SEND_TIMEOUT),
-                    suppress(Exception),
-                ):
-                    await channel.cancel("query cancelled by the coordinator")
+            with anyio.CancelScope(shield=True):
+                await opened.cancel("query cancelled by the coordinator")
             raise
 
 
@@ -183,4 +164,4 @@ async def _await_metrics(channel: TaskChannel, dispatcher: FeedDispatcher | None
             return metrics
         elif kind == "task_error":
             raise from_detail(value)
-    return await channel.wait_metrics()  # the channel ended without metrics: raises why
+    raise FlightfeedError("the worker ended the task channel without the task's metrics")

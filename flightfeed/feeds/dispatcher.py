@@ -30,8 +30,8 @@ from .._generated.flightfeed.v1 import (
     WorkUnit,
     WorkUnitBatch,
 )
-from ..errors import FeedError, InvalidArgument
-from ..flight.status import as_flightfeed_error, to_detail
+from ..errors import ErrorOrigin, FeedError, InvalidArgument, as_flightfeed_error
+from ..protocol.errors import to_detail
 from .codec import UnitRun, encode_batch
 from .provider import WorkUnitFeedProvider, encode_unit, provider_metrics
 
@@ -43,6 +43,9 @@ DEFAULT_MAX_BATCH_BYTES: Final = 1 << 20
 DEFAULT_LINGER_SECONDS: Final = 0.001
 PROVIDER_CLOSE_TIMEOUT: Final = 10.0
 """How long a cancelled provider's cleanup may take before it is abandoned."""
+
+PROVIDER_COMPONENT: Final = "feed provider"
+"""The component a provider's errors name: they happened on the coordinator, not a worker."""
 
 SendBatch = Callable[[WorkUnitBatch], Awaitable[None]]
 
@@ -137,11 +140,13 @@ class FeedDispatcher:
         keep_log: bool = True,
         log_limit: int = DEFAULT_DELIVERY_LOG_LIMIT,
         packed: bool = True,
+        origin: ErrorOrigin | None = None,
     ) -> None:
         if max_batch_units < 1 or max_batch_bytes < 1 or linger < 0:
             raise InvalidArgument("feed batches need max units ≥ 1, max bytes ≥ 1, linger ≥ 0")
         self._send = send
         self._ctx = ctx
+        self._origin = origin or ErrorOrigin()  # providers run here, on the coordinator
         self._max_units = max_batch_units
         self._max_bytes = max_batch_bytes
         self._linger = linger
@@ -274,7 +279,9 @@ class FeedDispatcher:
     def _provider_failed(self, slot: _Out, exc: Exception) -> None:
         """The partition ends with the provider's error (unless its end already went out)."""
         if not slot.finished and not slot.mark_sent:
-            slot.error_pending = to_detail(as_flightfeed_error(exc))
+            error = as_flightfeed_error(exc, PROVIDER_COMPONENT)
+            error.locate(self._origin.with_component(PROVIDER_COMPONENT))
+            slot.error_pending = to_detail(error)
             self._dirty[slot] = None
 
     def _wake_packer(self) -> None:

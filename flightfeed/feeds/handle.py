@@ -93,8 +93,10 @@ class WorkUnitFeed(Generic[U]):
         inbox = ctx.extensions.get(FEED_INBOX_KEY)
         if not isinstance(inbox, FeedInbox):
             raise FeedError(
-                f"feed {self.uuid} is remote but the task has no feed inbox"
-                " (a remote feed can only run inside a worker task)"
+                f"feed {self.uuid} is remote but the task has no feed inbox: the coordinator"
+                " did not declare this feed to the worker. Register the node type that holds it"
+                " in the Coordinator's FeedRegistry (feed_registry=...), so the planner finds"
+                " the feed and streams its units; a remote feed runs only inside a worker task"
             )
         if self._decode is None:
             return cast(AsyncIterator[U], inbox.bodies(self._id, partition))

@@ -32,7 +32,7 @@ from .._generated.flightfeed.v1 import (
     WorkUnitBatch,
 )
 from ..errors import FeedError, FlightfeedError, InvalidArgument
-from ..flight.status import from_detail
+from ..protocol.errors import from_detail
 from .codec import DecodedRun, decode_batch
 from .latency import LatencyHistogram, Percentiles
 
@@ -197,11 +197,13 @@ class FeedInbox:
         self._failure: FeedError | None = None
         self.credit_grants = CreditGrants()
         total = 0
+        self._feeds: set[bytes] = set()
         for feed_id, partitions in declarations:
             if not feed_id or partitions < 0:
                 raise InvalidArgument(f"invalid feed declaration {feed_id.hex()}:{partitions}")
-            if any(key[0] == feed_id for key in self._slots):
+            if feed_id in self._feeds:
                 raise InvalidArgument(f"feed {feed_id.hex()} declared twice")
+            self._feeds.add(feed_id)
             total += partitions
             if total > MAX_DECLARED_PARTITIONS:
                 raise InvalidArgument(
@@ -339,6 +341,12 @@ class FeedInbox:
     def _claim(self, feed_id: bytes, partition: int) -> _Slot:
         """One consumer per partition: units are taken, so a second reader would miss some."""
         slot = self._slots.get((feed_id, partition))
+        if slot is None and feed_id not in self._feeds:
+            raise FeedError(
+                f"feed {feed_id.hex()} was not declared to this task: the coordinator did not"
+                " find it. Register the node type that holds it in the Coordinator's"
+                " FeedRegistry (feed_registry=...)"
+            )
         if slot is None:
             raise FeedError(f"feed {feed_id.hex()} partition {partition} is not declared here")
         if slot.claimed:
@@ -428,6 +436,12 @@ class FeedInbox:
 
     def partition_metrics(self, feed_id: bytes, partition: int) -> PartitionFeedMetrics:
         slot = self._slots.get((feed_id, partition))
+        if slot is None and feed_id not in self._feeds:
+            raise FeedError(
+                f"feed {feed_id.hex()} was not declared to this task: the coordinator did not"
+                " find it. Register the node type that holds it in the Coordinator's"
+                " FeedRegistry (feed_registry=...)"
+            )
         if slot is None:
             raise FeedError(f"feed {feed_id.hex()} partition {partition} is not declared here")
         return PartitionFeedMetrics(

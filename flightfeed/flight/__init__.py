@@ -14,16 +14,19 @@ from .._generated.arrow.flight.protocol import (
 )
 from .client import DoGetCall, FlightClient, command_descriptor, parse_location, path_descriptor
 from .codec import FlightDataDecoder, FlightDataEncoder, decode_flight_data
+from .errors import PLAIN_ERRORS, ErrorMapping, PlainErrors, StatusReply
 from .keepalive import KeepalivePolicy
 from .schema import schema_from_ipc, schema_to_ipc
 from .server import CallContext, FlightHandler, FlightServer, FlightService, PutResultWriter
 from .streams import FlightDataReader, FlightDataWriter
 
 __all__ = [
+    "PLAIN_ERRORS",
     "Action",
     "ActionType",
     "CallContext",
     "DoGetCall",
+    "ErrorMapping",
     "FlightClient",
     "FlightDataDecoder",
     "FlightDataEncoder",
@@ -39,8 +42,10 @@ __all__ = [
     "HandshakeResponse",
     "KeepalivePolicy",
     "Location",
+    "PlainErrors",
     "PollInfo",
     "PutResultWriter",
+    "StatusReply",
     "Ticket",
     "command_descriptor",
     "decode_flight_data",

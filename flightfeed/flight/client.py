@@ -1,8 +1,9 @@
 """An asyncio Flight client on grpclib, speaking to any Flight server.
 
-Data calls read and write FlightData through the same zero-copy codec as the server. Failed
-calls raise the server's typed FlightfeedError when it sent one (flightfeed servers do), else
-RemoteError with the gRPC status.
+Data calls read and write FlightData through the same zero-copy codec as the server. A failed
+call raises the FlightfeedError the client's ErrorMapping makes of its status: RemoteError with
+the status by default; with flightfeed.protocol.TYPED_ERRORS, the very error a flightfeed
+server raised (class, message, origin).
 """
 
 from __future__ import annotations
@@ -40,11 +41,17 @@ from .._generated.arrow.flight.protocol import (
     Ticket,
 )
 from ..errors import FlightfeedError, InvalidArgument, RemoteError
-from . import inprocess
-from .grpc import GrpcChannel, InProcessChannel, RawBytes
+from .errors import PLAIN_ERRORS, ErrorMapping
+from .grpc import GrpcChannel, RawBytes
+from .internals import (
+    call_wrapper,
+    raw_status,
+    raw_stream,
+    raw_trailing_headers,
+    request_ended,
+)
 from .keepalive import KeepalivePolicy
 from .schema import schema_from_ipc
-from .status import from_grpc_error
 from .streams import FlightDataReader, FlightDataWriter
 from .wakeup import forget_wakeup_cancel as _forget
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
@@ -55,10 +62,7 @@ BatchSource = AsyncIterable[pa.RecordBatch] | AsyncIterable[tuple[pa.RecordBatch
 
 
 def parse_location(location: str) -> tuple[str, int]:
-    """`grpc://host:port` (or grpc+tcp://, or bare host:port) → (host, port).
-    `inproc://name` (a server of this process) → ("inproc", 0)."""
-    if location.startswith(inprocess.SCHEME):
-        return "inproc", 0
+    """`grpc://host:port` (or grpc+tcp://, or bare host:port) → (host, port)."""
     url = urlparse(location if "://" in location else f"grpc://{location}")
     if url.scheme not in ("grpc", "grpc+tcp") or not url.hostname or url.port is None:
         raise InvalidArgument(f"unsupported Flight location {location!r}: want grpc://host:port")
@@ -79,7 +83,7 @@ def _trailers(stream: Any) -> Any:
     recorded = getattr(stream, "trailing_metadata", None)
     if recorded is not None or stream is None:
         return recorded
-    raw = stream._stream.trailers or stream._stream.headers
+    raw = raw_trailing_headers(stream)
     return decode_metadata(raw) if raw else None
 
 
@@ -92,41 +96,56 @@ async def cancel_if_unfinished(stream: Any, reader: FlightDataReader) -> None:
         await stream.cancel()  # a dead connection needs no reset
 
 
-def status_error(stream: grpclib.client.Stream[Any, Any], exc: GRPCError) -> FlightfeedError:
+def status_error(
+    stream: grpclib.client.Stream[Any, Any], exc: GRPCError, errors: ErrorMapping
+) -> FlightfeedError:
     """The FlightfeedError for a failed call's status, marked as surfaced so the call's
     exit does not raise it a second time."""
     stream._flightfeed_status_raised = True  # type: ignore[attr-defined]
-    return from_grpc_error(exc, _trailers(stream))
+    return errors.error(exc.status, exc.message, _trailers(stream))
 
 
-def call_error(stream: Any, exc: BaseException) -> FlightfeedError:
+def call_error(stream: Any, exc: BaseException, errors: ErrorMapping) -> FlightfeedError:
     """The FlightfeedError for a failed call. A reset stream still reports the status the
     server sent before resetting (grpclib servers reset after error trailers)."""
     if isinstance(exc, GRPCError):
-        return status_error(stream, exc)
-    raw = (stream._stream.trailers or stream._stream.headers) if stream is not None else None
-    fields = dict(raw) if raw else {}
-    if fields.get("grpc-status") not in (None, "0"):
-        status, message, details = stream._process_grpc_status(fields)
-        return status_error(stream, GRPCError(status, message, details))
+        return status_error(stream, exc, errors)
+    sent = raw_status(stream) if stream is not None else None
+    if sent is not None:
+        return status_error(stream, GRPCError(*sent), errors)
     return RemoteError(str(exc) or type(exc).__name__, grpc_status=Status.UNAVAILABLE)
 
 
-def status_checker(stream: grpclib.client.Stream[Any, Any]) -> Any:
+def status_checker(stream: grpclib.client.Stream[Any, Any], errors: ErrorMapping) -> Any:
     """An end-of-stream hook that raises the call's error status as a FlightfeedError."""
 
     async def check() -> None:
         try:
             await stream.recv_trailing_metadata()
         except GRPCError as exc:
-            raise status_error(stream, exc) from None
+            raise status_error(stream, exc, errors) from None
 
     return check
 
 
 def forget_wakeup_cancel(stream: Any, task: Any, baseline: int) -> None:
     """See flight/wakeup.py: undo grpclib's wake-up cancel on this call's task."""
-    _forget(getattr(stream, "_wrapper", None), task, baseline)
+    _forget(call_wrapper(stream) if stream is not None else None, task, baseline)
+
+
+def call_reader(
+    stream: grpclib.client.Stream[Any, Any], max_message_size: int, errors: ErrorMapping
+) -> FlightDataReader:
+    """A reader of the FlightData a client call receives, surfacing the call's status as the
+    FlightfeedError `errors` makes of it."""
+    return FlightDataReader(
+        raw_stream(stream),
+        max_message_size,
+        before_first_read=stream.recv_initial_metadata,
+        guard=call_wrapper(stream),
+        at_end=status_checker(stream, errors),
+        translate=partial(call_error, stream, errors=errors),
+    )
 
 
 class DoGetCall:
@@ -147,14 +166,7 @@ class DoGetCall:
         stream = await self._context.__aenter__()
         self._stream = stream
         await stream.send_message(Ticket(ticket=self._ticket), end=True)
-        self._reader = FlightDataReader(
-            stream._stream,
-            self._client.max_message_size,
-            before_first_read=stream.recv_initial_metadata,
-            guard=stream._wrapper,
-            at_end=status_checker(stream),
-            translate=partial(call_error, stream),
-        )
+        self._reader = call_reader(stream, self._client.max_message_size, self._client.errors)
         return self._reader
 
     async def __aexit__(
@@ -186,6 +198,7 @@ class FlightClient:
 
     `keepalive` pings a connection whose calls have gone quiet and fails those calls when the
     server stopped answering (off by default, as in gRPC: grpc-core servers limit pings).
+    `errors` makes a FlightfeedError of a failed call's status (see errors.py).
     """
 
     def __init__(
@@ -196,17 +209,15 @@ class FlightClient:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         timeout: float | None = None,
         keepalive: KeepalivePolicy | None = None,
+        errors: ErrorMapping = PLAIN_ERRORS,
     ) -> None:
         self.location = location
         self.host, self.port = parse_location(location)
         self.metadata = dict(metadata or {})
         self.max_message_size = max_message_size
         self.timeout = timeout
-        self._channel: grpclib.client.Channel = (
-            InProcessChannel(location)
-            if location.startswith(inprocess.SCHEME)
-            else GrpcChannel(self.host, self.port, keepalive=keepalive)
-        )
+        self.errors = errors
+        self._channel = GrpcChannel(self.host, self.port, keepalive=keepalive)
 
     async def close(self) -> None:
         self._channel.close()
@@ -248,7 +259,7 @@ class FlightClient:
             forget_wakeup_cancel(stream, task, baseline)
             if getattr(stream, "_flightfeed_status_raised", False):
                 return  # the caller already got this status where it read the stream's end
-            raise call_error(stream, exc) from None
+            raise call_error(stream, exc, self.errors) from None
         except (ConnectionError, OSError) as exc:
             raise RemoteError(
                 f"{method}: cannot reach {self.location}: {exc}", grpc_status=Status.UNAVAILABLE
@@ -333,7 +344,7 @@ class FlightClient:
             "DoPut", Cardinality.STREAM_STREAM, RawBytes, PutResult, metadata
         ) as stream:
             await stream.send_request()
-            writer = FlightDataWriter(stream._stream)
+            writer = FlightDataWriter(raw_stream(stream))
 
             async def upload() -> None:
                 await writer.begin(schema, descriptor)
@@ -369,15 +380,15 @@ class FlightClient:
             "DoExchange", Cardinality.STREAM_STREAM, RawBytes, RawBytes, metadata
         ) as stream:
             await stream.send_request()
-            writer = _DescriptorWriter(stream._stream, descriptor)
+            writer = _DescriptorWriter(raw_stream(stream), descriptor)
             reader = FlightDataReader(
-                stream._stream,
+                raw_stream(stream),
                 self.max_message_size,
                 before_first_read=stream.recv_initial_metadata,
-                guard=stream._wrapper,
+                guard=call_wrapper(stream),
             )
             yield writer, reader, stream.end
-            if not stream._end_done:
+            if not request_ended(stream):
                 await stream.end()
 
     async def do_action(

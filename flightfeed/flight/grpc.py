@@ -1,21 +1,26 @@
-"""grpclib plumbing shared by server and client: codec, tuned protocol, server, channel."""
+"""grpclib plumbing shared by server and client: codec, tuned protocol, server, channel.
+
+Private grpclib/h2 names are reached only through internals.py.
+"""
 
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Any
 
 import grpclib.client
-import grpclib.const
 import grpclib.server
-from grpclib.const import Status
 from grpclib.encoding.base import CodecBase
 from grpclib.protocol import H2Protocol
 
 from ..errors import ResourceExhausted
-from . import inprocess
 from .h2buffer import install as install_streaming_buffer
+from .internals import (
+    ChannelBase,
+    ServerBase,
+    protocol_h2_connection,
+    protocol_transport,
+)
 from .keepalive import KeepalivePolicy, KeepaliveTimer
 from .protowire import check_wire_format
 from .tuning import advertise_max_frame_size, apply_process_tuning, grpc_config
@@ -73,8 +78,9 @@ class TunedH2Protocol(H2Protocol):
         # Keep several frames queued in user space so the kernel never runs dry while the
         # event loop comes back to refill; grpclib pauses writers above the high mark.
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
-        install_streaming_buffer(self.connection._connection)
-        advertise_max_frame_size(self.connection._connection)
+        h2_connection = protocol_h2_connection(self)
+        install_streaming_buffer(h2_connection)
+        advertise_max_frame_size(h2_connection)
         self.connection.flush()
         if self._keepalive_policy is not None:
             self.keepalive = KeepaliveTimer(
@@ -98,11 +104,11 @@ class TunedH2Protocol(H2Protocol):
             super().connection_lost(exc)
 
     def _send_ping(self, payload: bytes) -> None:
-        self.connection._connection.ping(payload)
+        protocol_h2_connection(self).ping(payload)
         self.connection.flush()
 
     def _presume_dead(self, reason: str) -> None:
-        transport = getattr(self.connection, "_transport", None)
+        transport = protocol_transport(self)
         if transport is None:  # already closing
             return
         peer = transport.get_extra_info("peername")
@@ -111,26 +117,8 @@ class TunedH2Protocol(H2Protocol):
         transport.abort()  # close() would wait to flush towards a peer that reads nothing
 
 
-async def _unimplemented(stream: grpclib.server.Stream[Any, Any]) -> None:
-    await stream.send_trailing_metadata(
-        status=Status.UNIMPLEMENTED, status_message=f"method {stream._method_name} not found"
-    )
-
-
-class _MethodsOrUnimplemented(dict[str, grpclib.const.Handler]):
-    """grpclib's router answers unknown paths with a bare HTTP-level abort that grpclib
-    clients misreport ("Missing content-type"); route them to a proper UNIMPLEMENTED reply."""
-
-    _fallback = grpclib.const.Handler(
-        _unimplemented, grpclib.const.Cardinality.STREAM_STREAM, RawBytes, RawBytes
-    )
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return super().get(key, self._fallback)
-
-
-class GrpcServer(grpclib.server.Server):
-    """grpclib Server with flightfeed's codec, windows and frame size."""
+class GrpcServer(ServerBase):
+    """grpclib Server with flightfeed's codec, windows, frame size and keepalive."""
 
     def __init__(
         self,
@@ -140,48 +128,20 @@ class GrpcServer(grpclib.server.Server):
         keepalive: KeepalivePolicy | None = None,
     ) -> None:
         apply_process_tuning()
-        super().__init__(handlers, codec=MessageCodec(max_message_size), config=grpc_config())
-        self.keepalive = keepalive
-        self._mapping = _MethodsOrUnimplemented(self._mapping)
-        self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
-
-    def close_connections(self) -> None:
-        """Close every open client connection. grpclib's close() stops the listener and
-        cancels handlers but leaves the TCP connections open, so clients would keep waiting;
-        closing them makes every client see the connection go."""
-        for protocol in list(self._protocols):
-            connection = getattr(protocol, "connection", None)
-            if connection is not None:
-                connection.close()
-
-    def _protocol_factory(self) -> H2Protocol:
-        self.__gc_step__()
-        handler = grpclib.server.Handler(
-            self._mapping, self._codec, self._status_details_codec, self.__dispatch__
+        super().__init__(
+            handlers,
+            raw_message_type=RawBytes,
+            codec=MessageCodec(max_message_size),
+            config=grpc_config(),
         )
-        self._handlers.add(handler)
-        protocol = TunedH2Protocol(handler, self._config, self._h2_config, keepalive=self.keepalive)
-        self._protocols.add(protocol)
-        return protocol
+        self.keepalive = keepalive
+
+    def make_protocol(self, handler: grpclib.server.Handler, config: Any, h2_config: Any) -> Any:
+        return TunedH2Protocol(handler, config, h2_config, keepalive=self.keepalive)
 
 
-class InProcessChannel(grpclib.client.Channel):
-    """A channel to a server of this process (see inprocess.py): memory instead of sockets."""
-
-    def __init__(self, location: str) -> None:
-        apply_process_tuning()
-        super().__init__("inproc", 0, codec=MessageCodec(), config=grpc_config())
-        self._location = location
-
-    def _protocol_factory(self) -> H2Protocol:
-        return TunedH2Protocol(grpclib.client.Handler(), self._config, self._h2_config)
-
-    async def _create_connection(self) -> H2Protocol:
-        return inprocess.connect(self._location, self._protocol_factory())
-
-
-class GrpcChannel(grpclib.client.Channel):
-    """grpclib Channel with flightfeed's codec, windows and frame size."""
+class GrpcChannel(ChannelBase):
+    """grpclib Channel with flightfeed's codec, windows, frame size and keepalive."""
 
     def __init__(
         self, host: str, port: int, *, ssl: Any = None, keepalive: KeepalivePolicy | None = None
@@ -190,7 +150,5 @@ class GrpcChannel(grpclib.client.Channel):
         super().__init__(host, port, codec=MessageCodec(), config=grpc_config(), ssl=ssl)
         self.keepalive = keepalive
 
-    def _protocol_factory(self) -> H2Protocol:
-        return TunedH2Protocol(
-            grpclib.client.Handler(), self._config, self._h2_config, keepalive=self.keepalive
-        )
+    def make_protocol(self, handler: grpclib.client.Handler, config: Any, h2_config: Any) -> Any:
+        return TunedH2Protocol(handler, config, h2_config, keepalive=self.keepalive)

@@ -14,9 +14,10 @@ from collections import deque
 from typing import Any, Final
 
 from h2.exceptions import ProtocolError
-from h2.frame_buffer import FrameBuffer
 from hyperframe.exceptions import InvalidDataError, InvalidFrameError
 from hyperframe.frame import DataFrame, Frame
+
+from .internals import FrameBufferBase
 
 STREAMING_THRESHOLD: Final = 16 * 1024
 _TYPE_DATA: Final = 0x0
@@ -24,7 +25,7 @@ _FLAG_END_STREAM: Final = 0x1
 _FLAG_PADDED: Final = 0x8
 
 
-class StreamingFrameBuffer(FrameBuffer):
+class StreamingFrameBuffer(FrameBufferBase):
     """FrameBuffer whose large, unpadded DATA frames come out in zero-copy pieces."""
 
     def __init__(self, server: bool = False, connection: Any = None) -> None:
@@ -35,13 +36,14 @@ class StreamingFrameBuffer(FrameBuffer):
         self._payload_stream = 0
         self._payload_end_stream = False
 
-    def _validate_frame_length(self, length: int) -> None:
+    def current_max_frame_size(self) -> int | None:
         # h2 copies max_inbound_frame_size into the buffer once per receive_data() call, so a
         # SETTINGS ACK raising the limit and a large frame in the same read would be refused.
         # The connection's value is current frame by frame.
-        if self._connection is not None:
-            self.max_frame_size = self._connection.max_inbound_frame_size
-        super()._validate_frame_length(length)
+        if self._connection is None:
+            return None
+        limit: int = self._connection.max_inbound_frame_size
+        return limit
 
     def _piece(self, payload: Any) -> None:
         self._payload_left -= len(payload)
@@ -52,7 +54,7 @@ class StreamingFrameBuffer(FrameBuffer):
         self._ready.append(frame)
 
     def add_data(self, data: Any) -> None:
-        if self._payload_left and not self._preamble_len:
+        if self._payload_left and not self.in_preamble:
             view = memoryview(data)
             take = min(self._payload_left, len(view))
             self._piece(view[:take] if take < len(view) else view)
@@ -66,7 +68,7 @@ class StreamingFrameBuffer(FrameBuffer):
             return self._ready.popleft()
         if self._payload_left:
             raise StopIteration  # waiting for more of the current payload
-        buffered = self._data
+        buffered = self.buffered
         if len(buffered) >= 9 and buffered[3] == _TYPE_DATA and not buffered[4] & _FLAG_PADDED:
             length = int.from_bytes(buffered[:3], "big")
             if length >= STREAMING_THRESHOLD and len(buffered) < 9 + length:
@@ -75,19 +77,19 @@ class StreamingFrameBuffer(FrameBuffer):
 
     def _start_streaming(self, length: int) -> Frame:
         try:
-            header, _ = Frame.parse_frame_header(memoryview(bytes(self._data[:9])))
+            header, _ = Frame.parse_frame_header(memoryview(bytes(self.buffered[:9])))
         except (InvalidDataError, InvalidFrameError) as err:
             raise ProtocolError(f"Received frame with invalid header: {err!s}") from err
-        self._validate_frame_length(length)
+        self.validate_frame_length(length)
         if header.stream_id == 0:
             raise ProtocolError("DATA frame on stream 0")
-        if self._headers_buffer:
+        if self.in_header_block:
             raise ProtocolError("Invalid frame during header block.")
         self._payload_stream = header.stream_id
-        self._payload_end_stream = bool(self._data[4] & _FLAG_END_STREAM)
+        self._payload_end_stream = bool(self.buffered[4] & _FLAG_END_STREAM)
         self._payload_left = length
-        available = bytes(self._data[9:])  # the small part that arrived with the header
-        del self._data[:]
+        available = bytes(self.buffered[9:])  # the small part that arrived with the header
+        del self.buffered[:]
         if available:
             self._piece(available)
         if self._ready:

@@ -3,16 +3,15 @@
 Every FlightService RPC maps to one handler method; what a handler does not override answers
 UNIMPLEMENTED. Data RPCs get a `FlightDataWriter`/`FlightDataReader` on the raw stream, so
 record batches go out zero-copy. Other grpclib services (such as the WorkerService) can share
-the port. Exceptions become a precise gRPC status with the typed error in a trailer.
+the port. Exceptions become a precise gRPC status through the server's ErrorMapping (errors.py).
 """
 
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import anyio
 import grpclib.const
@@ -37,11 +36,11 @@ from .._generated.arrow.flight.protocol import (
     Ticket,
 )
 from ..errors import FlightfeedError, InvalidArgument, Unimplemented
-from . import inprocess
+from .errors import PLAIN_ERRORS, ErrorMapping
 from .grpc import GrpcServer, RawBytes
+from .internals import can_send_status, listening_socket, method_name, raw_stream
 from .keepalive import KeepalivePolicy
 from .schema import schema_to_ipc
-from .status import status_and_trailers
 from .streams import FlightDataReader, FlightDataWriter
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
@@ -68,7 +67,7 @@ class CallContext:
     @classmethod
     def of(cls, stream: grpclib.server.Stream[Any, Any]) -> CallContext:
         return cls(
-            method=stream._method_name,
+            method=method_name(stream),
             headers=stream.metadata or {},
             peer=stream.peer.addr(),
             deadline=stream.deadline,
@@ -147,16 +146,27 @@ async def receive_request(stream: grpclib.server.Stream[Any, M]) -> Any:
     return request
 
 
-async def _reply_error(stream: grpclib.server.Stream[Any, Any], exc: BaseException) -> None:
-    status, message, trailers = status_and_trailers(exc)
-    log.debug("%s failed: %s", stream._method_name, message, exc_info=exc)
-    if stream._send_trailing_metadata_done or not stream._stream.closable:
+def call_writer(stream: grpclib.server.Stream[Any, Any]) -> FlightDataWriter:
+    """A writer of FlightData onto a server call (its response headers go with the first)."""
+    return FlightDataWriter(raw_stream(stream), before_first_write=stream.send_initial_metadata)
+
+
+async def _reply_error(
+    stream: grpclib.server.Stream[Any, Any], exc: BaseException, errors: ErrorMapping
+) -> None:
+    reply = errors.reply(exc)
+    log.debug("%s failed: %s", method_name(stream), reply.message, exc_info=exc)
+    if not can_send_status(stream):
         return
-    await stream.send_trailing_metadata(status=status, status_message=message, metadata=trailers)
+    await stream.send_trailing_metadata(
+        status=reply.status, status_message=reply.message, metadata=dict(reply.trailers)
+    )
 
 
-def rpc_boundary(body: Body) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
-    """Wrap an RPC body so every exception leaves as a gRPC status with a typed trailer."""
+def rpc_boundary(
+    body: Body, errors: ErrorMapping = PLAIN_ERRORS
+) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
+    """Wrap an RPC body so every exception leaves as a gRPC status (see errors.py)."""
 
     async def rpc(stream: grpclib.server.Stream[Any, Any]) -> None:
         try:
@@ -164,7 +174,7 @@ def rpc_boundary(body: Body) -> Callable[[grpclib.server.Stream[Any, Any]], Awai
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
-            await _reply_error(stream, exc)
+            await _reply_error(stream, exc, errors)
 
     return rpc
 
@@ -173,10 +183,14 @@ class FlightService:
     """grpclib service object exposing a FlightHandler as arrow.flight.protocol.FlightService."""
 
     def __init__(
-        self, handler: FlightHandler, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+        self,
+        handler: FlightHandler,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        errors: ErrorMapping = PLAIN_ERRORS,
     ) -> None:
         self.handler = handler
         self.max_message_size = max_message_size
+        self.errors = errors
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
         rpcs: list[tuple[str, Body, Cardinality, type, type]] = [
@@ -216,7 +230,9 @@ class FlightService:
             ("ListActions", self._list_actions, Cardinality.UNARY_STREAM, Empty, ActionType),
         ]
         return {
-            SERVICE + name: grpclib.const.Handler(rpc_boundary(body), cardinality, req, rep)
+            SERVICE + name: grpclib.const.Handler(
+                rpc_boundary(body, self.errors), cardinality, req, rep
+            )
             for name, body, cardinality, req, rep in rpcs
         }
 
@@ -254,16 +270,20 @@ class FlightService:
 
     async def _do_get(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
         ticket = await receive_request(stream)
-        writer = FlightDataWriter(stream._stream, before_first_write=stream.send_initial_metadata)
+        writer = FlightDataWriter(
+            raw_stream(stream), before_first_write=stream.send_initial_metadata
+        )
         await self.handler.do_get(ctx, ticket.ticket, writer)
 
     async def _do_put(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        reader = FlightDataReader(stream._stream, self.max_message_size)
+        reader = FlightDataReader(raw_stream(stream), self.max_message_size)
         await self.handler.do_put(ctx, reader, PutResultWriter(stream))
 
     async def _do_exchange(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        reader = FlightDataReader(stream._stream, self.max_message_size)
-        writer = FlightDataWriter(stream._stream, before_first_write=stream.send_initial_metadata)
+        reader = FlightDataReader(raw_stream(stream), self.max_message_size)
+        writer = FlightDataWriter(
+            raw_stream(stream), before_first_write=stream.send_initial_metadata
+        )
         await self.handler.do_exchange(ctx, reader, writer)
 
     async def _do_action(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
@@ -285,6 +305,8 @@ class FlightServer:
     `async with FlightServer(handler) as server:` listens on 127.0.0.1 and a free port by
     default; `server.location` is the `grpc://host:port` clients connect to. With `keepalive`,
     connections of clients that vanish without closing are dropped (their calls cancelled).
+    `errors` turns handler exceptions into statuses (flightfeed.protocol.TYPED_ERRORS adds the
+    typed error for flightfeed clients).
     """
 
     def __init__(
@@ -295,16 +317,14 @@ class FlightServer:
         host: str = "127.0.0.1",
         port: int = 0,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-        in_process: bool = False,
         keepalive: KeepalivePolicy | None = None,
+        errors: ErrorMapping = PLAIN_ERRORS,
     ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
-        self.in_process = in_process
-        self._inproc_location: str | None = None
         self._grpc = GrpcServer(
-            [FlightService(handler, max_message_size), *services],
+            [FlightService(handler, max_message_size, errors), *services],
             max_message_size,
             keepalive=keepalive,
         )
@@ -312,34 +332,21 @@ class FlightServer:
 
     @property
     def location(self) -> str:
-        if self._inproc_location is not None:
-            return self._inproc_location
         host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
         return f"grpc://{host}:{self.port}"
 
     async def start(self) -> None:
-        if self.in_process:  # no socket: reachable from this process at inproc://<name>
-            self._inproc_location = inprocess.register(self._grpc)
-            self._started = True
-            return
-        await self._grpc.start(self.host, self.port, family=socket.AF_INET)
-        server = self._grpc._server
-        assert server is not None
-        self.port = cast(Any, server).sockets[0].getsockname()[1]
+        sock = listening_socket(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        await self._grpc.start(sock=sock)
         self._started = True
 
     async def close(self) -> None:
         """Stop accepting calls, then wait for the open connections to finish."""
         if self._started:
             self._started = False
-            if self._inproc_location is not None:
-                inprocess.unregister(self._inproc_location)
-                for handler in list(self._grpc._handlers):
-                    handler.close()
-                    await handler.wait_closed()
-            else:
-                self._grpc.close()
-                await self._grpc.wait_closed()
+            self._grpc.close()
+            await self._grpc.wait_closed()
             self._grpc.close_connections()
 
     async def serve_forever(self) -> None:

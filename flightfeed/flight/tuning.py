@@ -55,9 +55,9 @@ def _cheap_data_repr(self: Any) -> str:
 
 def patch_h2_frame_repr() -> None:
     """Make DATA-frame repr O(1): h2 evaluates it for a trace log on every received frame."""
-    from hyperframe.frame import DataFrame
+    from .internals import set_data_frame_repr
 
-    setattr(DataFrame, "_body_repr", _cheap_data_repr)  # noqa: B010 - patching a method
+    set_data_frame_repr(_cheap_data_repr)
 
 
 def grpc_config() -> Configuration:

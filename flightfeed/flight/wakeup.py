@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from .internals import wrapper_cancelled
+
 
 def cancel_baseline() -> tuple[asyncio.Task[Any] | None, int]:
     """The current task and its pending cancel requests, before waiting inside grpclib."""
@@ -19,7 +21,7 @@ def cancel_baseline() -> tuple[asyncio.Task[Any] | None, int]:
 
 def forget_wakeup_cancel(wrapper: Any, task: asyncio.Task[Any] | None, baseline: int) -> None:
     """Drop the cancel requests grpclib's wrapper added since `baseline`."""
-    if task is None or wrapper is None or not wrapper.cancelled:
+    if task is None or wrapper is None or not wrapper_cancelled(wrapper):
         return
     while task.cancelling() > baseline:
         task.uncancel()

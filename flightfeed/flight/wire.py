@@ -16,12 +16,11 @@ from typing import Any, Final
 
 from grpclib.exceptions import StreamTerminatedError
 from grpclib.protocol import Stream as H2Stream
-from h2.connection import ConnectionInputs
 from h2.exceptions import StreamClosedError
-from h2.stream import StreamInputs
 
 from ..errors import Cancelled, InvalidArgument, ResourceExhausted
 from .codec import EncodedMessage
+from .internals import account_sent, stream_h2_connection, stream_transport
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 512 * 1024 * 1024
 _FRAME_HEADER = struct.Struct(">IBI")  # 24-bit length << 8 | type, flags, stream id
@@ -29,19 +28,10 @@ _DATA_FRAME: Final = 0x0
 _GRPC_PREFIX = struct.Struct(">BI")
 
 
-def _account_sent(h2_connection: Any, stream_id: int, size: int) -> None:
-    """Update h2's state machines and windows as H2Connection.send_data would, minus the copy."""
-    h2_connection.state_machine.process_input(ConnectionInputs.SEND_DATA)
-    h2_stream = h2_connection._get_stream_by_id(stream_id)
-    h2_stream.state_machine.process_input(StreamInputs.SEND_DATA)
-    h2_stream.outbound_flow_control_window -= size
-    h2_connection.outbound_flow_control_window -= size
-
-
 async def send_encoded(stream: H2Stream, message: EncodedMessage) -> None:
     """Write one gRPC message as DATA frames, respecting HTTP/2 flow control."""
-    h2_connection = stream._h2_connection
-    transport = stream._transport
+    h2_connection = stream_h2_connection(stream)
+    transport = stream_transport(stream)
     connection = stream.connection
     stream_id = stream.id
     assert stream_id is not None
@@ -83,7 +73,7 @@ async def send_encoded(stream: H2Stream, message: EncodedMessage) -> None:
                     offset = 0
             budget -= frame_size
         try:
-            _account_sent(h2_connection, stream_id, sent)
+            account_sent(h2_connection, stream_id, sent)
         except StreamClosedError:
             raise Cancelled("stream closed by peer while sending") from None
         transport.writelines(out)

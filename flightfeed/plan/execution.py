@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from .base import DEFAULT_OFFLOAD_THRESHOLD_BYTES, ExecutionPlan, TaskContext, closing
 from .functions import PlanSession
+from .merge import merge
 from .metrics import MetricsRegistry
 
 
@@ -54,8 +55,14 @@ async def collect_partition(
 
 
 async def collect(plan: ExecutionPlan, ctx: TaskContext) -> pa.Table:
-    """All output partitions, one after the other, as one table."""
-    batches: list[pa.RecordBatch] = []
-    for partition in range(plan.output_partitions):
-        batches += await collect_partition(plan, partition, ctx)
-    return pa.Table.from_batches(batches, schema=plan.schema)
+    """All output partitions as one table, partition 0's batches first.
+
+    The partitions are read concurrently (merge): a fanned-out node (Repartition) blocks on
+    the full buffer of an unread output, so reading one partition after the other could hang.
+    """
+    parts: list[list[pa.RecordBatch]] = [[] for _ in range(plan.output_partitions)]
+    sources = {partition: plan.execute(partition, ctx) for partition in range(len(parts))}
+    async with closing(merge(sources)) as stream:
+        async for partition, batch in stream:
+            parts[partition].append(batch)
+    return pa.Table.from_batches([b for part in parts for b in part], schema=plan.schema)

@@ -1,78 +1,95 @@
-"""Client side of the WorkerService: set a task's plan, run its partitions, read its metrics.
+"""The gRPC WorkerChannel: a Flight client that also speaks the WorkerService.
 
 One `WorkerClient` holds one HTTP/2 connection to a worker; every task channel and
-ExecuteTask of a query shares it.
+ExecuteTask of every query to that worker shares it. Failures arrive as the worker raised
+them (TYPED_ERRORS), or as RemoteError naming the worker when the connection is the problem.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
-from functools import partial
-from typing import Any
+from typing import Any, Final
 
 import anyio
-import betterproto2
 import grpclib.client
-from grpclib.const import Cardinality, Status
+from grpclib.const import Cardinality
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from h2.exceptions import StreamClosedError
 
 from .._generated.flightfeed.v1 import (
     CancelTask,
     CoordinatorToWorkerMsg,
-    ErrorDetail,
     ExecuteTaskRequest,
     GetWorkerInfoRequest,
     GetWorkerInfoResponse,
     SetPlanRequest,
-    TaskMetrics,
     WorkerToCoordinatorMsg,
     WorkUnitBatch,
 )
-from ..errors import RemoteError
+from ..errors import FlightfeedError
 from ..flight.client import (
     FlightClient,
+    Metadata,
     call_error,
+    call_reader,
     cancel_if_unfinished,
     forget_wakeup_cancel,
     status_checker,
 )
+from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes
-from ..flight.status import from_detail
+from ..flight.internals import mark_request_ended, raw_stream
+from ..flight.keepalive import KeepalivePolicy
 from ..flight.streams import FlightDataReader
+from ..flight.wakeup import cancel_baseline
+from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE
+from .channel import MetricsWaiter
+from .errors import TYPED_ERRORS
+
+log = logging.getLogger(__name__)
 
 SERVICE = "/flightfeed.v1.WorkerService/"
-HALF_CLOSE_TIMEOUT = 5.0
+HALF_CLOSE_TIMEOUT: Final = 5.0
+"""How long a half-close may wait on a worker that stopped reading."""
+CANCEL_SEND_TIMEOUT: Final = 1.0
+"""How long a CancelTask may take to send before the channel is just reset."""
 
 
-class TaskChannel:
-    """The coordinator's end of one task's CoordinatorChannel."""
+class GrpcTaskChannel(MetricsWaiter):
+    """The caller's end of one task's CoordinatorChannel over gRPC."""
 
-    def __init__(self, stream: grpclib.client.Stream[Any, Any]) -> None:
+    def __init__(self, stream: grpclib.client.Stream[Any, Any], errors: ErrorMapping) -> None:
         self._stream = stream
-        self.metrics: TaskMetrics | None = None
-        self.errors: list[ErrorDetail] = []
-        self.credits: list[Any] = []
+        self._errors = errors
         self._closed = False
-
-    async def send(self, message: CoordinatorToWorkerMsg) -> None:
-        await self._stream.send_message(message)
+        self._interrupted = False
 
     async def send_work_units(self, batch: WorkUnitBatch) -> None:
-        await self.send(CoordinatorToWorkerMsg(work_unit_batch=batch))
+        await self._send(CoordinatorToWorkerMsg(work_unit_batch=batch))
+
+    async def _send(self, message: CoordinatorToWorkerMsg) -> None:
+        # A send cut short (cancelled) may leave half a message on the stream, after which it
+        # must not carry another one, not even a CancelTask.
+        self._interrupted = True
+        await self._stream.send_message(message)
+        self._interrupted = False
 
     async def cancel(self, reason: str) -> None:
-        """Ask the worker to stop the task and drop its state."""
-        await self.send(CoordinatorToWorkerMsg(cancel_task=CancelTask(reason=reason)))
+        if self._interrupted or self._closed:
+            return  # leaving the call resets the stream: the worker drops the task anyway
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_SEND_TIMEOUT):
+            try:
+                await self._send(CoordinatorToWorkerMsg(cancel_task=CancelTask(reason=reason)))
+            except Exception as exc:  # a channel that is gone has nothing left to cancel
+                log.debug("CancelTask not sent (%s): the stream reset will do", exc)
 
     async def done_sending(self) -> None:
-        """Half-close: no more control messages (the task keeps running)."""
         if self._closed:
             return
         self._closed = True
-        if self._stream._stream.closable:
+        if raw_stream(self._stream).closable:
             # Bounded: a worker that stopped reading must not hold the caller forever.
             with (
                 anyio.move_on_after(HALF_CLOSE_TIMEOUT),
@@ -80,61 +97,64 @@ class TaskChannel:
             ):
                 await self._stream.end()
         else:
-            # The worker closed the call already: nothing can be sent, so the outgoing side
-            # is over (grpclib would otherwise refuse to read the status at exit).
-            self._stream._end_done = True
+            mark_request_ended(self._stream)  # the worker closed the call already
 
     async def messages(self) -> AsyncIterator[WorkerToCoordinatorMsg]:
-        """What the worker sends: credits, errors, and TaskMetrics last."""
-        task = asyncio.current_task()
-        baseline = task.cancelling() if task is not None else 0
+        task, baseline = cancel_baseline()
         try:
             async for message in self._stream:
-                yield self._note(message)
+                yield message
+            await status_checker(self._stream, self._errors)()
         except (GRPCError, StreamTerminatedError) as exc:
             forget_wakeup_cancel(self._stream, task, baseline)
-            raise call_error(self._stream, exc) from None
-
-    def _note(self, message: WorkerToCoordinatorMsg) -> WorkerToCoordinatorMsg:
-        kind = betterproto2.which_one_of(message, "inner")[0]
-        if kind == "task_metrics":
-            self.metrics = message.task_metrics
-        elif kind == "task_error":
-            self.errors.append(message.task_error)
-        return message
-
-    async def wait_metrics(self) -> TaskMetrics:
-        """Read until the task's metrics arrive (the task finished)."""
-        async for _ in self.messages():
-            if self.metrics is not None:
-                return self.metrics
-        if self.errors:
-            raise from_detail(self.errors[-1])
-        await status_checker(self._stream)()  # the worker ended the channel: why?
-        raise RemoteError("task channel ended without metrics", grpc_status=Status.UNKNOWN)
+            raise call_error(self._stream, exc, self._errors) from None
 
 
 class WorkerClient(FlightClient):
-    """A Flight client that also speaks the WorkerService."""
+    """A worker over gRPC: Flight plus the WorkerService. Implements WorkerChannel."""
 
-    async def get_worker_info(self) -> GetWorkerInfoResponse:
-        reply: GetWorkerInfoResponse = await self._worker_unary(
-            "GetWorkerInfo", GetWorkerInfoRequest(), GetWorkerInfoResponse
+    def __init__(
+        self,
+        location: str,
+        *,
+        metadata: Metadata | None = None,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        timeout: float | None = None,
+        keepalive: KeepalivePolicy | None = None,
+        errors: ErrorMapping = TYPED_ERRORS,
+    ) -> None:
+        super().__init__(
+            location,
+            metadata=metadata,
+            max_message_size=max_message_size,
+            timeout=timeout,
+            keepalive=keepalive,
+            errors=errors,
         )
-        return reply
 
-    async def _worker_unary(self, method: str, request: Any, reply_type: type) -> Any:
+    @property
+    def url(self) -> str:
+        return self.location
+
+    async def worker_info(self) -> GetWorkerInfoResponse:
         async with self._call(
-            method, Cardinality.UNARY_UNARY, type(request), reply_type, None, path=SERVICE
+            "GetWorkerInfo",
+            Cardinality.UNARY_UNARY,
+            GetWorkerInfoRequest,
+            GetWorkerInfoResponse,
+            None,
+            path=SERVICE,
         ) as stream:
-            await stream.send_message(request, end=True)
-            return await stream.recv_message()
+            await stream.send_message(GetWorkerInfoRequest(), end=True)
+            reply: GetWorkerInfoResponse | None = await stream.recv_message()
+        if reply is None:
+            raise FlightfeedError(f"{self.location}: GetWorkerInfo sent no reply")
+        return reply
 
     @asynccontextmanager
     async def open_task(
         self, set_plan: SetPlanRequest, *, headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[TaskChannel]:
-        """Open the task's CoordinatorChannel and send its plan."""
+    ) -> AsyncIterator[GrpcTaskChannel]:
         async with self._call(
             "CoordinatorChannel",
             Cardinality.STREAM_STREAM,
@@ -144,7 +164,7 @@ class WorkerClient(FlightClient):
             path=SERVICE,
         ) as stream:
             await stream.send_message(CoordinatorToWorkerMsg(set_plan_request=set_plan))
-            channel = TaskChannel(stream)
+            channel = GrpcTaskChannel(stream, self.errors)
             try:
                 yield channel
             finally:
@@ -155,7 +175,8 @@ class WorkerClient(FlightClient):
     async def execute_task(
         self, request: ExecuteTaskRequest, *, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[FlightDataReader]:
-        """Run a partition range of a task; read (batch, app_metadata) from the reader."""
+        """Run a partition range of a task; the reader yields its batches (each batch's
+        FlightAppMetadata names its partition, see `reader.with_metadata()`)."""
         async with self._call(
             "ExecuteTask",
             Cardinality.UNARY_STREAM,
@@ -165,13 +186,6 @@ class WorkerClient(FlightClient):
             path=SERVICE,
         ) as stream:
             await stream.send_message(request, end=True)
-            reader = FlightDataReader(
-                stream._stream,
-                self.max_message_size,
-                before_first_read=stream.recv_initial_metadata,
-                guard=stream._wrapper,
-                at_end=status_checker(stream),
-                translate=partial(call_error, stream),
-            )
+            reader = call_reader(stream, self.max_message_size, self.errors)
             yield reader
             await cancel_if_unfinished(stream, reader)

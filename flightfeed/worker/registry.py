@@ -13,8 +13,8 @@ from collections import OrderedDict
 import anyio
 
 from ..errors import NotFound, ResourceExhausted
+from ..protocol.keys import TaskId
 from .config import WorkerConfig
-from .keys import TaskId
 from .task import Task
 
 

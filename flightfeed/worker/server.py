@@ -1,4 +1,8 @@
-"""The worker: one port serving Arrow Flight and the WorkerService, plus the task registry."""
+"""The worker: one port serving Arrow Flight and the WorkerService, plus the task registry.
+
+With `in_process=True` there is no port: the worker registers its handlers under an
+`inproc://` location that only this process can reach (flightfeed.protocol.inprocess).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from typing import Any
 import anyio
 
 from ..flight.server import FlightServer
+from ..protocol import inprocess
+from ..protocol.errors import TYPED_ERRORS
 from ..session import (
     DEFAULT_SESSION_BUILDER,
     SessionBuilder,
@@ -15,9 +21,11 @@ from ..session import (
     load_session_builder,
 )
 from .config import WorkerConfig
+from .endpoint import WorkerHandlers
 from .registry import TaskRegistry
 from .rpc.do_get import WorkerFlightHandler
 from .service import WorkerService
+from .state import WorkerState
 
 
 def resolve_session_builder(builder: Any) -> SessionBuilder:
@@ -47,30 +55,45 @@ class Worker:
         in_process: bool = False,
     ) -> None:
         self.config = config or WorkerConfig()
-        self.session_builder = resolve_session_builder(session_builder)
-        self.registry = TaskRegistry(self.config)
+        self.state = WorkerState(
+            config=self.config,
+            registry=TaskRegistry(self.config),
+            session_builder=resolve_session_builder(session_builder),
+        )
+        self.handlers = WorkerHandlers(self.state)
         self._advertised_url = advertised_url
+        self._in_process = in_process
         self._server = FlightServer(
-            WorkerFlightHandler(self),
-            services=[WorkerService(self)],
+            WorkerFlightHandler(self.state),
+            services=[WorkerService(self.handlers, TYPED_ERRORS)],
             host=host,
             port=port,
-            in_process=in_process,
             keepalive=self.config.keepalive,
+            errors=TYPED_ERRORS,
         )
         self._stack: AsyncExitStack | None = None
 
     @property
+    def registry(self) -> TaskRegistry:
+        return self.state.registry
+
+    @property
     def location(self) -> str:
-        return self._advertised_url or self._server.location
+        return self.state.location
 
     async def __aenter__(self) -> Worker:
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)
-            await self._server.start()
-            stack.push_async_callback(self._server.close)
-            tg.start_soon(self.registry.reap_idle, name="idle task reaper")
+            if self._in_process:  # reachable by location from this process only
+                self.state.location = inprocess.register(self.handlers)
+                stack.callback(self.handlers.close)
+                stack.callback(inprocess.unregister, self.state.location)
+            else:
+                await self._server.start()
+                stack.push_async_callback(self._server.close)
+                self.state.location = self._advertised_url or self._server.location
+            tg.start_soon(self.state.registry.reap_idle, name="idle task reaper")
             self._stack = stack.pop_all()
         return self
 

@@ -1,9 +1,10 @@
-"""flightfeed.v1.WorkerService as a grpclib service sharing the Flight server's port."""
+"""flightfeed.v1.WorkerService over gRPC, sharing the Flight server's port: each RPC adapts
+its grpclib stream to the transport-neutral handlers (endpoint.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from typing import Any, Final
 
 import grpclib.const
 import grpclib.server
@@ -16,50 +17,69 @@ from .._generated.flightfeed.v1 import (
     GetWorkerInfoResponse,
     WorkerToCoordinatorMsg,
 )
+from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes
-from ..flight.server import CallContext, rpc_boundary
-from .rpc.coordinator_channel import coordinator_channel
-from .rpc.execute_task import execute_task
-from .rpc.get_worker_info import get_worker_info
+from ..flight.server import CallContext, call_writer, receive_request, rpc_boundary
+from ..session import Headers
+from .endpoint import WorkerHandlers
+from .rpc.do_get import FlightSink
 
-if TYPE_CHECKING:
-    from .server import Worker
+SERVICE: Final = "/flightfeed.v1.WorkerService/"
 
-SERVICE = "/flightfeed.v1.WorkerService/"
-WorkerRpc = Callable[["Worker", grpclib.server.Stream[Any, Any], CallContext], Awaitable[None]]
+
+def request_headers(ctx: CallContext) -> Headers:
+    """The call's text headers for the session builder (binary `-bin` values are skipped)."""
+    items = ctx.headers.items() if hasattr(ctx.headers, "items") else ()
+    return Headers([(k, v) for k, v in items if isinstance(v, str)])
 
 
 class WorkerService:
-    """Routes WorkerService RPCs to their handler modules."""
+    """Routes WorkerService RPCs to the worker's handlers."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, handlers: WorkerHandlers, errors: ErrorMapping) -> None:
+        self.handlers = handlers
+        self.errors = errors
 
-    def _bind(self, rpc: WorkerRpc) -> Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]:
-        async def body(stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-            await rpc(self.worker, stream, ctx)
+    async def _coordinator_channel(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        async def inbound() -> AsyncIterator[CoordinatorToWorkerMsg]:
+            async for message in stream:
+                yield message
 
-        return rpc_boundary(body)
+        await self.handlers.coordinator_channel(
+            request_headers(ctx), inbound(), stream.send_message, stream.send_initial_metadata
+        )
+
+    async def _execute_task(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        request = await receive_request(stream)
+        sink = FlightSink(call_writer(stream))
+        await self.handlers.execute_task(request_headers(ctx), request, sink)
+
+    async def _get_worker_info(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        await receive_request(stream)
+        await stream.send_message(self.handlers.worker_info())
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
-        async def info(worker: Worker, stream: Any, ctx: CallContext) -> None:
-            await get_worker_info(stream, ctx)
-
         return {
             SERVICE + "CoordinatorChannel": grpclib.const.Handler(
-                self._bind(coordinator_channel),
+                rpc_boundary(self._coordinator_channel, self.errors),
                 Cardinality.STREAM_STREAM,
                 CoordinatorToWorkerMsg,
                 WorkerToCoordinatorMsg,
             ),
             SERVICE + "ExecuteTask": grpclib.const.Handler(
-                self._bind(execute_task),
+                rpc_boundary(self._execute_task, self.errors),
                 Cardinality.UNARY_STREAM,
                 ExecuteTaskRequest,
                 RawBytes,
             ),
             SERVICE + "GetWorkerInfo": grpclib.const.Handler(
-                self._bind(info),
+                rpc_boundary(self._get_worker_info, self.errors),
                 Cardinality.UNARY_UNARY,
                 GetWorkerInfoRequest,
                 GetWorkerInfoResponse,

@@ -15,12 +15,12 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._generated.flightfeed.v1 import ExecuteTaskRequest, Metric, MetricsSet, NamedTime
-from ..errors import Cancelled, ErrorOrigin, FlightfeedError, InvalidArgument
+from ..errors import Cancelled, ErrorOrigin, InvalidArgument
 from ..plan.base import ExecutionPlan, TaskContext
 from ..plan.metrics import MetricsRegistry, instrument
+from ..protocol.keys import TaskId
 from ..session import Session
 from .heads import Outputs, build_outputs
-from .keys import TaskId
 
 
 class Task:
@@ -69,11 +69,6 @@ class Task:
     @property
     def active_consumers(self) -> int:
         return len(self._consumer_scopes)
-
-    def with_origin(self, error: FlightfeedError) -> FlightfeedError:
-        if error.origin is None:
-            error.origin = self.origin
-        return error
 
     # --- decisions (no awaiting) ---------------------------------------------------------
 

@@ -28,6 +28,7 @@ from ..base import (
     expect_children,
 )
 from ..codec import DecodeContext, decode_enum, parse_payload
+from ..merge import merge
 from ..offload import run_compute
 
 OUTPUT_BATCH_ROWS = 65536
@@ -128,14 +129,16 @@ class HashJoin(PlanNodeBase):
 async def _collect(
     plan: ExecutionPlan, partitions: Sequence[int], ctx: TaskContext, what: str
 ) -> pa.Table:
+    """The partitions as one table, read concurrently (the outputs of a fan-out such as
+    Repartition are bounded, so reading them one after the other could stall)."""
     batches: list[pa.RecordBatch] = []
     nbytes = 0
-    for partition in partitions:
-        async with closing(plan.execute(partition, ctx)) as stream:
-            async for batch in stream:
-                batches.append(batch)
-                nbytes += batch.nbytes
-                check_memory(ctx, nbytes, what)
+    sources = {partition: plan.execute(partition, ctx) for partition in partitions}
+    async with closing(merge(sources)) as stream:
+        async for _, batch in stream:
+            batches.append(batch)
+            nbytes += batch.nbytes
+            check_memory(ctx, nbytes, what)
     return pa.Table.from_batches(batches, schema=plan.schema)
 
 

@@ -1,42 +1,41 @@
 """Repartition: hash-partitions its input into N output partitions, executing the input once.
 
-The first consumer starts one pump per input partition in the task's background task group
-(TaskContext.background); each pump hash-partitions its batches (see hash_partition.py) into
-per-output queues. Pumps wait only while every open output queue is non-empty (DataFusion's
-gate): reading partitions one after the other never deadlocks, and when all consumers lag,
-the input stops. An output executes once per TaskContext; closing every output stops the pumps.
+The first output opened starts the input in the task's background task group
+(TaskContext.background): every input partition is pumped concurrently, each batch split by key
+hash (see hash_partition.py) into a bounded Fanout (see fanout.py) of OUTPUT_BUFFER_BATCHES (4)
+batches per output, also for outputs nobody reads yet. An output executes once per
+TaskContext; closing every output stops the input. Read the outputs concurrently (Coalesce,
+merge and the worker's partition ranges do): an output read later fills up and blocks the
+input, so reading one after the other can hang.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from functools import partial
-from typing import TypeAlias
 
-import anyio
 import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import RepartitionNode
-from ...errors import Cancelled, InvalidArgument
+from ...errors import InvalidArgument
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr import output_type
+from ..fanout import Fanout, hash_split, split_producer
 from ..functions import BUILTINS, FunctionRegistry
-from ..hash_partition import column_hash, hash_partition
-from ..offload import run_compute
+from ..hash_partition import column_hash
 from ..partitioning import Partitioning
 
-
-class _End:
-    """Marks the end of an output queue."""
-
-
-_END = _End()
-_Item: TypeAlias = "pa.RecordBatch | Exception | _End"
+OUTPUT_BUFFER_BATCHES = 4
+"""Batches each output holds before the input waits for its reader: the node's memory bound."""
 
 
 class Repartition(UnaryNode):
+    """Hash-partitions its input into `partitioning.partition_count` outputs.
+
+    Read the outputs concurrently: each holds at most OUTPUT_BUFFER_BATCHES batches, and a full
+    one blocks the input for all of them.
+    """
+
     name = "Repartition"
 
     def __init__(
@@ -61,121 +60,26 @@ class Repartition(UnaryNode):
         return Repartition(children[0], self.partitioning, functions=self._functions)
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
-        if ctx.background is None:
+        background = ctx.background
+        if background is None:
             raise InvalidArgument(
                 "Repartition needs TaskContext.background (a task group living as long as the"
                 " task); use open_task_context()"
             )
-        fanout = ctx.node_state(self, lambda: _Fanout(self.output_partitions))
-        fanout.open(partition)
-        if not fanout.started:
-            fanout.started = True
-            ctx.background.start_soon(fanout.drive, self, ctx)
-        try:
-            while True:
-                item = await fanout.receive(partition)
-                if isinstance(item, _End):
-                    return
-                if isinstance(item, Exception):
-                    raise item
-                yield item
-        finally:
-            fanout.close(partition)
+        count = self.output_partitions
 
-    async def pump(self, fanout: _Fanout, index: int, ctx: TaskContext) -> None:
-        """Feed one input partition into the output queues."""
-        keys, n = self.partitioning.hash_keys, self.output_partitions
-        async with closing(self.child.execute(index, ctx)) as stream:
-            async for batch in stream:
-                split = partial(hash_partition, batch, keys, n, ctx.session)
-                pieces = await run_compute(ctx, batch.nbytes, split)
-                await fanout.wait_for_room()
-                for output, piece in enumerate(pieces):
-                    if piece.num_rows:
-                        fanout.push(output, piece)
+        def start() -> Fanout[pa.RecordBatch]:
+            split = hash_split(self.partitioning.hash_keys, count, ctx.session)
+            produce = split_producer(self.child, ctx, split)
+            return Fanout(count, OUTPUT_BUFFER_BATCHES, produce, background, name=self.name)
+
+        fanout = ctx.node_state(self, start)
+        async with closing(fanout.open(partition)) as output:
+            async for batch in output:
+                yield batch
 
     def __repr__(self) -> str:
         return f"Repartition({self.partitioning})"
-
-
-class _Fanout:
-    """Output queues of one Repartition execution, and the pumps feeding them."""
-
-    def __init__(self, outputs: int) -> None:
-        self.queues: list[deque[_Item]] = [deque() for _ in range(outputs)]
-        self.ready = [anyio.Event() for _ in range(outputs)]
-        self.room = anyio.Event()
-        self.opened: set[int] = set()
-        self.closed: set[int] = set()
-        self.started = False
-        self.finished = False
-        self.scope = anyio.CancelScope()
-
-    def open(self, output: int) -> None:
-        if output in self.opened:
-            raise InvalidArgument(f"Repartition partition {output} already executed in this task")
-        self.opened.add(output)
-
-    def close(self, output: int) -> None:
-        self.closed.add(output)
-        self.queues[output].clear()
-        self.room.set()
-        if len(self.closed) == len(self.queues):
-            self.scope.cancel()  # nobody is left to read
-
-    def push(self, output: int, item: _Item) -> None:
-        if output not in self.closed:
-            self.queues[output].append(item)
-            self.ready[output].set()
-
-    def finish(self, outcome: Exception | _End) -> None:
-        """End every output: with `_END` after its data, or with an error right away."""
-        if self.finished:
-            return
-        self.finished = True
-        for output, queue in enumerate(self.queues):
-            if isinstance(outcome, Exception):
-                queue.clear()
-            self.push(output, outcome)
-
-    async def receive(self, output: int) -> _Item:
-        queue = self.queues[output]
-        while not queue:
-            await self.ready[output].wait()
-            self.ready[output] = anyio.Event()
-        item = queue.popleft()
-        if not queue:
-            self.room.set()
-        return item
-
-    async def wait_for_room(self) -> None:
-        while not any(not q for i, q in enumerate(self.queues) if i not in self.closed) and len(
-            self.closed
-        ) < len(self.queues):
-            room = self.room
-            await room.wait()
-            if self.room is room:
-                self.room = anyio.Event()
-
-    async def drive(self, node: Repartition, ctx: TaskContext) -> None:
-        """Run one pump per input partition; never raises (errors go to the consumers)."""
-        outcome: Exception | _End = Cancelled("Repartition input was cancelled")
-        try:
-            with self.scope:
-                async with anyio.create_task_group() as tg:
-                    for index in range(node.child.output_partitions):
-                        tg.start_soon(self._guarded_pump, node, index, ctx)
-                if not self.finished:
-                    outcome = _END
-        finally:
-            self.finish(outcome)
-
-    async def _guarded_pump(self, node: Repartition, index: int, ctx: TaskContext) -> None:
-        try:
-            await node.pump(self, index, ctx)
-        except Exception as exc:
-            self.finish(exc)
-            self.scope.cancel()
 
 
 class RepartitionCodec:

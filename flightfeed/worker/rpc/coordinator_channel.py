@@ -1,19 +1,23 @@
-"""CoordinatorChannel: one bidirectional stream per task.
+"""CoordinatorChannel: one bidirectional channel per task, in three steps.
 
-The first message must be a SetPlanRequest. The worker builds the task's session from the
-request headers, decodes the plan and registers the task; the channel then carries control
-messages (work units, cancellation) in and TaskMetrics out. The task lives as long as this
-handler: its producers run in the handler's task group, so closing the channel, a CancelTask
-or the idle TTL stops everything the task started.
+- open: the first message must be a SetPlanRequest; the task's session is built from the
+  request headers and its plan decoded (off the event loop when large). Nothing is registered
+  yet, so a bad request leaves no state behind.
+- run: the task is registered and lives as long as the channel: control messages (work units,
+  cancellation) flow in, feed credits flow out, and its producers run in the channel's task
+  group, so closing the channel, a CancelTask or the idle TTL stops everything it started.
+- report: once every output partition was read or dropped, TaskMetrics go back.
+
+Transport-neutral: `inbound` and `send` are the gRPC stream or an in-process memory stream.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import anyio
 import betterproto2
-import grpclib.server
 
 from ..._generated.flightfeed.v1 import (
     CoordinatorToWorkerMsg,
@@ -21,30 +25,62 @@ from ..._generated.flightfeed.v1 import (
     TaskMetrics,
     WorkerToCoordinatorMsg,
 )
-from ...errors import Cancelled, InvalidArgument, PlanDecodeError
+from ...errors import (
+    Cancelled,
+    ErrorOrigin,
+    FlightfeedError,
+    InvalidArgument,
+    as_flightfeed_error,
+)
 from ...feeds import FEED_INBOX_KEY, FeedInbox
-from ...flight.server import CallContext
-from ...session import Headers, WorkerQueryContext
-from ..keys import task_id
+from ...plan.base import ExecutionPlan
+from ...plan.offload import off_loop
+from ...protocol.channel import Headers, Send
+from ...protocol.keys import TaskId, task_id
+from ...session import Headers as SessionHeaders
+from ...session import Session, WorkerQueryContext
+from ..state import WorkerState
 from ..task import Task
 
-if TYPE_CHECKING:
-    from ..server import Worker
+SESSION_BUILDER = "session builder"
+PLAN_DECODE = "plan decode"
 
 
-def request_headers(ctx: CallContext) -> Headers:
-    """The call's text headers for the session builder (binary `-bin` values are skipped)."""
-    items = ctx.headers.items() if hasattr(ctx.headers, "items") else ()
-    return Headers([(k, v) for k, v in items if isinstance(v, str)])
+@dataclass(frozen=True, eq=False)
+class OpenedTask:
+    """A validated SetPlan with its session, plan and feed inbox, not yet registered."""
+
+    key: TaskId
+    request: SetPlanRequest
+    session: Session
+    plan: ExecutionPlan
+    inbox: FeedInbox | None
 
 
-async def _first_message(stream: grpclib.server.Stream[Any, Any]) -> SetPlanRequest:
+async def coordinator_channel(
+    state: WorkerState,
+    headers: Headers,
+    inbound: AsyncIterator[CoordinatorToWorkerMsg],
+    send: Send,
+    accepted: Callable[[], Awaitable[None]],
+) -> None:
+    opened = await open_task(state, headers, await _first_message(inbound))
+    task = await run_task(state, opened, inbound, send, accepted)
+    if task.cancel_reason is not None:
+        raise Cancelled(f"task {task.key} {_outcome(task)}", origin=task.origin)
+
+
+async def _first_message(inbound: AsyncIterator[CoordinatorToWorkerMsg]) -> SetPlanRequest:
     try:
-        message = await stream.recv_message()
+        message = await anext(inbound)
+    except StopAsyncIteration:
+        raise InvalidArgument("CoordinatorChannel closed before its SetPlanRequest") from None
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"malformed CoordinatorChannel message: {exc.message}") from None
+    except FlightfeedError:  # e.g. ResourceExhausted for an oversized message
+        raise
     except Exception as exc:
         raise InvalidArgument(f"malformed CoordinatorChannel message: {exc}") from None
-    if message is None:
-        raise InvalidArgument("CoordinatorChannel closed before its SetPlanRequest")
     kind = betterproto2.which_one_of(message, "inner")[0] or "an empty message"
     if kind != "set_plan_request":
         raise InvalidArgument(f"CoordinatorChannel must start with a SetPlanRequest, got {kind}")
@@ -52,12 +88,111 @@ async def _first_message(stream: grpclib.server.Stream[Any, Any]) -> SetPlanRequ
     return request
 
 
-async def _control_messages(
-    stream: grpclib.server.Stream[Any, Any], task: Task, inbox: FeedInbox | None
+# -- open -------------------------------------------------------------------------------------
+
+
+async def open_task(state: WorkerState, headers: Headers, request: SetPlanRequest) -> OpenedTask:
+    """Check the request, build the session and decode the plan; registers nothing."""
+    key = task_id(request.task_key)
+    state.registry.check_capacity(key)
+    origin = key.origin(state.location)
+    session = await _build_session(state, headers, request, origin)
+    inbox = (
+        FeedInbox.from_declarations(
+            request.work_unit_feed_declarations, credits=state.config.feed_credits
+        )
+        if request.work_unit_feed_declarations
+        else None
+    )
+    try:
+        plan = await off_loop(
+            session.decode_plan, request.plan_proto, nbytes=len(request.plan_proto)
+        )
+    except Exception as exc:
+        raise as_flightfeed_error(exc, PLAN_DECODE).locate(origin) from exc
+    state.registry.check_capacity(key)  # again: other tasks may have come in meanwhile
+    return OpenedTask(key, request, session, plan, inbox)
+
+
+async def _build_session(
+    state: WorkerState, headers: Headers, request: SetPlanRequest, origin: ErrorOrigin
+) -> Session:
+    """The session the task runs in; the builder's failure names the builder and keeps the
+    original exception's class."""
+    if not isinstance(headers, SessionHeaders):  # (over gRPC it is one: repeats kept)
+        headers = SessionHeaders(headers.items())
+    context = WorkerQueryContext(headers=headers, task_key=request.task_key)
+    try:
+        return await state.session_builder.build(context)
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception as exc:
+        raise as_flightfeed_error(exc, SESSION_BUILDER).locate(origin) from exc
+
+
+# -- run --------------------------------------------------------------------------------------
+
+
+async def run_task(
+    state: WorkerState,
+    opened: OpenedTask,
+    inbound: AsyncIterator[CoordinatorToWorkerMsg],
+    send: Send,
+    accepted: Callable[[], Awaitable[None]],
+) -> Task:
+    """Register the task and serve its channel until it is done or cancelled."""
+    inbox = opened.inbox
+    async with anyio.create_task_group() as tg:
+        task = Task(
+            opened.key,
+            opened.plan,
+            opened.session,
+            tg,
+            worker_url=opened.request.target_worker_url or state.location,
+            task_count=opened.request.task_count,
+            query_start_ns=opened.request.query_start_time_ns,
+            consumer_buffer=state.config.consumer_buffer_batches,
+        )
+        if inbox is not None:
+            task.ctx.extensions[FEED_INBOX_KEY] = inbox
+        state.registry.add(task)
+        try:
+            await accepted()
+            tg.start_soon(_watch_control, inbound, task, inbox)
+            if inbox is not None:
+                tg.start_soon(_forward_credits, send, inbox)
+            await task.done.wait()
+            if task.cancel_reason is None:
+                await send(report(task, inbox))
+        finally:
+            if inbox is not None:
+                inbox.fail(Cancelled(f"task {task.key} ended"))
+            if not task.done.is_set():
+                task.cancel("coordinator channel closed")
+            state.registry.remove(task, _outcome(task))
+            tg.cancel_scope.cancel()
+    return task
+
+
+async def _watch_control(
+    inbound: AsyncIterator[CoordinatorToWorkerMsg], task: Task, inbox: FeedInbox | None
 ) -> None:
-    """Messages after SetPlan. End of stream is fine: the coordinator may half-close."""
-    async for message in stream:
-        assert isinstance(message, CoordinatorToWorkerMsg)
+    """Apply control messages; a broken channel or protocol ends the task."""
+    try:
+        await _control_messages(inbound, task, inbox)
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception as exc:
+        if inbox is not None:
+            inbox.fail(exc)
+        task.cancel(f"coordinator channel failed: {exc}")
+
+
+async def _control_messages(
+    inbound: AsyncIterator[CoordinatorToWorkerMsg], task: Task, inbox: FeedInbox | None
+) -> None:
+    """Messages after SetPlan. Their end is fine: the coordinator may half-close."""
+    async for message in inbound:
         kind = betterproto2.which_one_of(message, "inner")[0]
         if kind == "work_unit_batch":
             if inbox is None:
@@ -74,82 +209,27 @@ async def _control_messages(
         inbox.sender_done()  # half-closed: no more units can come for unfinished partitions
 
 
-async def _forward_credits(stream: grpclib.server.Stream[Any, Any], inbox: FeedInbox) -> None:
+async def _forward_credits(send: Send, inbox: FeedInbox) -> None:
     """Credits the task's consumers free up go back to the coordinator as they are granted."""
     async for credits in inbox.credit_grants:
-        await stream.send_message(WorkerToCoordinatorMsg(feed_credits=credits))
+        await send(WorkerToCoordinatorMsg(feed_credits=credits))
 
 
-async def coordinator_channel(
-    worker: Worker, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
-) -> None:
-    request = await _first_message(stream)
-    key = task_id(request.task_key)
-    worker.registry.check_capacity(key)
-    query_context = WorkerQueryContext(headers=request_headers(ctx), task_key=request.task_key)
-    session = await worker.session_builder.build(query_context)
-    inbox = (
-        FeedInbox.from_declarations(
-            request.work_unit_feed_declarations, credits=worker.config.feed_credits
-        )
-        if request.work_unit_feed_declarations
-        else None
-    )
-    try:
-        plan = session.decode_plan(request.plan_proto)
-    except PlanDecodeError as error:
-        origin = key.origin(worker.location)
-        raise PlanDecodeError(f"task {key}: {error.message}", origin=origin) from None
-    worker_url = request.target_worker_url or worker.location
-    outcome = "finished"
-    async with anyio.create_task_group() as tg:
-        task = Task(
-            key,
-            plan,
-            session,
-            tg,
-            worker_url=worker_url,
-            task_count=request.task_count,
-            query_start_ns=request.query_start_time_ns,
-            consumer_buffer=worker.config.consumer_buffer_batches,
-        )
-        if inbox is not None:
-            task.ctx.extensions[FEED_INBOX_KEY] = inbox
-        worker.registry.add(task)
-        try:
-            await stream.send_initial_metadata()
+# -- report -----------------------------------------------------------------------------------
 
-            async def watch_control() -> None:
-                try:
-                    await _control_messages(stream, task, inbox)
-                except Exception as exc:  # a broken channel or protocol ends the task
-                    if inbox is not None:
-                        inbox.fail(exc)
-                    task.cancel(f"coordinator channel failed: {exc}")
 
-            tg.start_soon(watch_control)
-            if inbox is not None:
-                tg.start_soon(_forward_credits, stream, inbox)
-            await task.done.wait()
-            if task.cancel_reason is None:
-                task_metrics = task.task_metrics()
-                if inbox is not None:
-                    inbox.close()
-                    task_metrics.metrics.extend(inbox.to_metrics())
-                metrics = TaskMetrics(
-                    pre_order_plan_metrics=task.metrics.to_proto(),
-                    task_metrics=task_metrics,
-                )
-                await stream.send_message(WorkerToCoordinatorMsg(task_metrics=metrics))
-            else:
-                outcome = f"cancelled: {task.cancel_reason}"
-        finally:
-            if inbox is not None:
-                inbox.fail(Cancelled(f"task {key} ended"))
-            if task.cancel_reason is None and not task.done.is_set():
-                task.cancel("coordinator channel closed")
-                outcome = "cancelled: coordinator channel closed"
-            worker.registry.remove(task, outcome)
-            tg.cancel_scope.cancel()
-    if task.cancel_reason is not None:
-        raise Cancelled(f"task {key} {outcome}", origin=task.origin)
+def report(task: Task, inbox: FeedInbox | None) -> WorkerToCoordinatorMsg:
+    """The finished task's metrics: its plan nodes', its own and its feeds'."""
+    task_metrics = task.task_metrics()
+    if inbox is not None:
+        inbox.close()
+        task_metrics.metrics.extend(inbox.to_metrics())
+    metrics = TaskMetrics(pre_order_plan_metrics=task.metrics.to_proto(), task_metrics=task_metrics)
+    return WorkerToCoordinatorMsg(task_metrics=metrics)
+
+
+def _outcome(task: Task) -> str:
+    """How the task ended, as its tombstone tells late requests."""
+    if task.cancel_reason is None:
+        return "finished"
+    return f"cancelled: {task.cancel_reason}"

@@ -2,39 +2,39 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
 
-from ..._generated.flightfeed.v1 import ExecuteTaskRequest
-from ...errors import InvalidArgument
-from ...flight.protowire import check_wire_format
+import pyarrow as pa
+
+from ..._generated.flightfeed.v1 import FlightAppMetadata
 from ...flight.server import CallContext, FlightHandler
 from ...flight.streams import FlightDataWriter
-from ..execution import serve_partitions
+from ...protocol.tickets import parse_ticket
+from ..state import WorkerState
+from .execute_task import execute_task
 
-if TYPE_CHECKING:
-    from ..server import Worker
 
+class FlightSink:
+    """A PartitionSink onto a Flight stream: each batch's partition goes in its app_metadata."""
 
-def parse_ticket(ticket: bytes) -> ExecuteTaskRequest:
-    """A DoGet ticket as an ExecuteTaskRequest, with a clear error for anything else."""
-    try:
-        check_wire_format(ticket)
-        request = ExecuteTaskRequest.parse(ticket)
-    except Exception as exc:
-        raise InvalidArgument(f"ticket is not a serialized ExecuteTaskRequest: {exc}") from None
-    if request.task_key is None:
-        raise InvalidArgument("ticket is not a serialized ExecuteTaskRequest: no task_key")
-    return request
+    def __init__(self, writer: FlightDataWriter) -> None:
+        self._writer = writer
+
+    async def begin(self, schema: pa.Schema) -> None:
+        await self._writer.begin(schema)
+
+    async def write(self, partition: int, batch: pa.RecordBatch) -> None:
+        metadata = FlightAppMetadata(
+            partition=partition, created_timestamp_unix_nanos=time.time_ns()
+        )
+        await self._writer.write(batch, app_metadata=bytes(metadata))
 
 
 class WorkerFlightHandler(FlightHandler):
     """The worker's Flight face."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(self, state: WorkerState) -> None:
+        self.state = state
 
     async def do_get(self, ctx: CallContext, ticket: bytes, writer: FlightDataWriter) -> None:
-        request = parse_ticket(ticket)
-        await serve_partitions(
-            self.worker.registry, request, writer, self.worker.config.consumer_buffer_batches
-        )
+        await execute_task(self.state, parse_ticket(ticket), FlightSink(writer))

@@ -1,22 +1,14 @@
-"""ExecuteTask: run a partition range of a task and stream FlightData (same path as DoGet)."""
+"""ExecuteTask: run a partition range of a task into a sink (the same path as Flight DoGet)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import grpclib.server
-
-from ...flight.server import CallContext, receive_request
-from ...flight.streams import FlightDataWriter
+from ..._generated.flightfeed.v1 import ExecuteTaskRequest
+from ...protocol.channel import PartitionSink
 from ..execution import serve_partitions
-
-if TYPE_CHECKING:
-    from ..server import Worker
+from ..state import WorkerState
 
 
 async def execute_task(
-    worker: Worker, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    state: WorkerState, request: ExecuteTaskRequest, sink: PartitionSink
 ) -> None:
-    request = await receive_request(stream)
-    writer = FlightDataWriter(stream._stream, before_first_write=stream.send_initial_metadata)
-    await serve_partitions(worker.registry, request, writer, worker.config.consumer_buffer_batches)
+    await serve_partitions(state.registry, request, sink, state.config.consumer_buffer_batches)

@@ -51,8 +51,13 @@ async def test_a_provider_error_reaches_the_caller_with_its_message(at_unit: int
             with anyio.fail_after(1):
                 await wait_for_no_tasks(workers)
             metrics = coordinator.metrics.latest
-    assert info.value.origin is not None
-    assert info.value.origin.worker_url == workers[1].location  # task 1 owns partition 2
+    # Providers run on the coordinator: the error names the provider and its task, no worker.
+    assert info.value.message.startswith("feed provider failed: ")
+    assert info.value.error_type == "RuntimeError"
+    origin = info.value.origin
+    assert origin is not None
+    assert (origin.component, origin.worker_url, origin.task_number) == ("feed provider", "", 1)
+    assert "the coordinator task" in str(info.value)
     assert metrics is not None
     assert metrics.status == "failed"
     assert "page 7 expired" in (metrics.error or "")

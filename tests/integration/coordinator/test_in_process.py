@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from helpers.feed_scan import coordinator_options, feed_session_builder, scan, scan_rows
 
+from flightfeed import __version__
 from flightfeed.errors import RemoteError
 from flightfeed.plan import Coalesce
-from flightfeed.protocol import WorkerClient
+from flightfeed.protocol import InProcessWorkerChannel, connect_worker
 from flightfeed.testing import start_cluster, start_workers, wait_for_no_tasks
 
 pytestmark = pytest.mark.anyio
@@ -27,12 +28,11 @@ async def test_in_process_workers_run_a_feed_query_without_sockets() -> None:
     )
 
 
-async def test_in_process_worker_answers_worker_info_and_ends_with_its_server() -> None:
+async def test_in_process_worker_answers_worker_info_and_is_gone_once_stopped() -> None:
     async with start_workers(1, in_process=True) as (worker,):
         location = worker.location
-        async with WorkerClient(location) as client:
-            info = await client.get_worker_info()
-            assert info.version
-    async with WorkerClient(location) as client:  # unregistered once the worker stopped
-        with pytest.raises(RemoteError, match="no in-process server"):
-            await client.get_worker_info()
+        channel = connect_worker(location)
+        assert isinstance(channel, InProcessWorkerChannel)
+        assert (await channel.worker_info()).version == __version__
+    with pytest.raises(RemoteError, match="no in-process worker at inproc://"):
+        await channel.worker_info()

@@ -42,6 +42,9 @@ async def test_leaving_the_loop_early_drops_every_task_on_every_worker() -> None
         ):
             async for batch in coordinator.execute(long_scan(provider)):
                 assert batch.num_rows
+                with anyio.fail_after(10):  # every provider runs (task 1's may start later)
+                    for partition in range(4):
+                        await provider.wait_pulls(partition, 1)
                 break  # no `async with`: dropping the stream must be enough
             with anyio.fail_after(1):
                 await wait_for_no_tasks(workers)

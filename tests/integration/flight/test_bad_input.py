@@ -29,6 +29,7 @@ from flightfeed.errors import (
     FlightfeedError,
     InvalidArgument,
     NotFound,
+    RemoteError,
     ResourceExhausted,
     Unimplemented,
 )
@@ -46,8 +47,9 @@ from flightfeed.flight import (
 )
 from flightfeed.flight.codec import encode_flight_data
 from flightfeed.flight.grpc import GrpcChannel, RawBytes
+from flightfeed.flight.internals import mark_request_ended, raw_stream
 from flightfeed.flight.protowire import len_field_header
-from flightfeed.flight.status import ERROR_TRAILER
+from flightfeed.protocol import ERROR_TRAILER, TYPED_ERRORS
 
 pytestmark = pytest.mark.anyio
 SERVICE = "/arrow.flight.protocol.FlightService/"
@@ -117,8 +119,8 @@ async def raw_call(
         async with channel.request(SERVICE + method, cardinality, RawBytes, reply_type) as stream:
             await stream.send_request()
             if raw is not None:
-                await stream._stream.send_data(raw, end_stream=True)
-                stream._end_done = True
+                await raw_stream(stream).send_data(raw, end_stream=True)
+                mark_request_ended(stream)
             for i, message in enumerate(messages):
                 await stream.send_message(RawBytes(message), end=i == len(messages) - 1)
             with pytest.raises(GRPCError) as info:
@@ -196,7 +198,7 @@ def out_of_bounds_header() -> bytes:
 async def test_malformed_flightdata(
     handler: BadInputHandler, messages: list[bytes], match: str, method: str, reply_type: type
 ) -> None:
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         error, trailers = await raw_call(location, method, messages, reply_type=reply_type)
         assert error.status == Status.INVALID_ARGUMENT, error.message
         assert re.search(match, error.message or ""), error.message
@@ -217,7 +219,7 @@ async def test_batch_that_does_not_match_the_schema_is_rejected(
 ) -> None:
     """A record batch whose buffers do not fit the stream schema must not reach the handler
     as an invalid array (Arrow kernels could read out of bounds): INVALID_ARGUMENT."""
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         error, trailers = await raw_call(
             location, "DoPut", [schema_payload(), batch_payload(batch)]
         )
@@ -232,7 +234,7 @@ async def test_body_length_disagrees_with_header(handler: BadInputHandler, delta
     view_header, body = _batch_parts()
     body = body[:delta] if delta < 0 else body + bytes(delta)
     message = payload(encode_flight_data(header=view_header, body=[body], body_length=len(body)))
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         error, _ = await raw_call(location, "DoPut", [schema_payload(), message])
         assert error.status == Status.INVALID_ARGUMENT
         expected = len(body) - delta
@@ -248,7 +250,7 @@ def _batch_parts() -> tuple[bytes, bytes]:
 
 
 async def test_stream_starting_with_a_record_batch(handler: BadInputHandler) -> None:
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         error, trailers = await raw_call(location, "DoPut", [batch_payload(), schema_payload()])
         assert error.status == Status.INVALID_ARGUMENT
         assert error.message == ("FlightData stream must start with a schema, got message kind 3")
@@ -257,7 +259,7 @@ async def test_stream_starting_with_a_record_batch(handler: BadInputHandler) -> 
 
 
 async def test_doput_stream_without_any_message(handler: BadInputHandler) -> None:
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         error, _ = await raw_call(location, "DoPut", raw=b"")
         assert error.status == Status.INVALID_ARGUMENT
         assert error.message == "Flight stream ended before its schema"
@@ -285,8 +287,8 @@ async def test_bad_ticket_in_doget(
     cpp_error: type[Exception],
     message: str,
 ) -> None:
-    async with running_server(handler) as location:
-        async with FlightClient(location) as client:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
+        async with FlightClient(location, errors=TYPED_ERRORS) as client:
             with pytest.raises(error) as info:
                 await client.do_get(ticket).read_all()
         assert type(info.value) is error
@@ -321,7 +323,7 @@ async def test_non_protobuf_request_body(
 ) -> None:
     """A request that is not a valid protobuf message must not reach the handler as some
     default-valued message: INVALID_ARGUMENT, "malformed request message"."""
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         error, trailers = await raw_call(
             location, method, [body], cardinality=cardinality, reply_type=reply_type
         )
@@ -346,7 +348,7 @@ async def test_non_protobuf_request_body(
 async def test_truncated_grpc_frames_in_doput(
     handler: BadInputHandler, raw: bytes, match: str
 ) -> None:
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         error, trailers = await raw_call(location, "DoPut", raw=raw)
         assert error.status == Status.INVALID_ARGUMENT
         assert match in (error.message or "")
@@ -355,7 +357,7 @@ async def test_truncated_grpc_frames_in_doput(
 
 
 async def test_truncated_grpc_frame_in_unary_request(handler: BadInputHandler) -> None:
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         error, _ = await raw_call(
             location,
             "GetFlightInfo",
@@ -369,7 +371,7 @@ async def test_truncated_grpc_frame_in_unary_request(handler: BadInputHandler) -
 
 
 async def test_oversized_doput_message(handler: BadInputHandler) -> None:
-    async with running_server(handler, max_message_size=64 * 1024) as location:
+    async with running_server(handler, errors=TYPED_ERRORS, max_message_size=64 * 1024) as location:
         error, trailers = await raw_call(location, "DoPut", [schema_payload(), batch_payload(BIG)])
         assert error.status == Status.RESOURCE_EXHAUSTED
         assert error.message == (
@@ -392,8 +394,8 @@ async def test_oversized_doput_through_flightfeed_client(handler: BadInputHandle
     async def batches() -> AsyncIterator[pa.RecordBatch]:
         yield BIG
 
-    async with running_server(handler, max_message_size=64 * 1024) as location:
-        async with FlightClient(location) as client:
+    async with running_server(handler, errors=TYPED_ERRORS, max_message_size=64 * 1024) as location:
+        async with FlightClient(location, errors=TYPED_ERRORS) as client:
             with pytest.raises(ResourceExhausted, match="exceeds the limit of 65536 bytes"):
                 await client.do_put(command_descriptor(b"big"), BIG.schema, batches())
         await assert_serves(location, handler)
@@ -402,7 +404,7 @@ async def test_oversized_doput_through_flightfeed_client(handler: BadInputHandle
 async def test_oversized_control_message(handler: BadInputHandler) -> None:
     """The limit covers every request, not only FlightData: a 1 MiB descriptor is refused."""
     descriptor = bytes(path_descriptor("x" * (1 << 20)))
-    async with running_server(handler, max_message_size=64 * 1024) as location:
+    async with running_server(handler, errors=TYPED_ERRORS, max_message_size=64 * 1024) as location:
         error, _ = await raw_call(
             location, "GetFlightInfo", [descriptor],
             cardinality=Cardinality.UNARY_UNARY, reply_type=FlightInfo,
@@ -414,7 +416,7 @@ async def test_oversized_control_message(handler: BadInputHandler) -> None:
 async def test_oversized_message_for_the_client(handler: BadInputHandler) -> None:
     """The client's own limit: the DoGet fails locally and the server handler is released."""
     finished = handler.watch(b"big")
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         async with FlightClient(location, max_message_size=1024) as client:
             with pytest.raises(ResourceExhausted, match="exceeds the limit of 1024 bytes"):
                 await client.do_get(b"big").read_all()
@@ -427,7 +429,7 @@ async def test_oversized_message_for_the_client(handler: BadInputHandler) -> Non
 
 
 async def test_exception_in_handler(handler: BadInputHandler) -> None:
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         error, trailers = await raw_call(
             location, "DoGet", [b"\x0a\x04boom"],
             cardinality=Cardinality.UNARY_STREAM, reply_type=RawBytes,
@@ -436,7 +438,7 @@ async def test_exception_in_handler(handler: BadInputHandler) -> None:
         assert error.message == "ValueError: boom 42"
         assert error_code(trailers) == ErrorCode.EXECUTION
 
-        async with FlightClient(location) as client:
+        async with FlightClient(location, errors=TYPED_ERRORS) as client:
             with pytest.raises(ExecutionError) as info:
                 await client.do_get(b"boom").read_all()
         assert info.value.message == "boom 42"
@@ -451,8 +453,26 @@ async def test_exception_in_handler(handler: BadInputHandler) -> None:
         await assert_serves(location, handler)
 
 
-async def test_exception_after_some_batches(handler: BadInputHandler) -> None:
+async def test_plain_errors_give_status_and_message_only(handler: BadInputHandler) -> None:
+    """Without the typed mapping, clients see what any gRPC client sees: the status, and a
+    message naming the original exception's class."""
     async with running_server(handler) as location:
+        error, trailers = await raw_call(
+            location, "DoGet", [b"\x0a\x04boom"],
+            cardinality=Cardinality.UNARY_STREAM, reply_type=RawBytes,
+        )  # fmt: skip
+        assert (error.status, error.message) == (Status.INTERNAL, "ValueError: boom 42")
+        assert ERROR_TRAILER not in trailers
+        async with FlightClient(location) as client:
+            with pytest.raises(RemoteError) as info:
+                await client.do_get(b"boom").read_all()
+        assert info.value.grpc_status == Status.INTERNAL
+        assert info.value.message == "ValueError: boom 42"
+        await assert_serves(location, handler)
+
+
+async def test_exception_after_some_batches(handler: BadInputHandler) -> None:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
         received: list[tuple[Any, bytes | None]] = []
 
         async def read_all(client: FlightClient) -> None:
@@ -460,7 +480,7 @@ async def test_exception_after_some_batches(handler: BadInputHandler) -> None:
                 async for item in reader.with_metadata():  # keep what arrived before the error
                     received.append(item)  # noqa: PERF401
 
-        async with FlightClient(location) as client:
+        async with FlightClient(location, errors=TYPED_ERRORS) as client:
             with pytest.raises(ExecutionError, match="failed after 2 batches") as info:
                 await read_all(client)
         assert info.value.error_type == "RuntimeError"
@@ -481,8 +501,8 @@ async def test_exception_after_some_batches(handler: BadInputHandler) -> None:
 
 
 async def test_exception_in_streaming_action(handler: BadInputHandler) -> None:
-    async with running_server(handler) as location:
-        async with FlightClient(location) as client:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
+        async with FlightClient(location, errors=TYPED_ERRORS) as client:
             with pytest.raises(ExecutionError, match="missing key 'k'") as info:
                 await client.do_action("crash")
         assert info.value.error_type == "KeyError"
@@ -492,8 +512,8 @@ async def test_exception_in_streaming_action(handler: BadInputHandler) -> None:
 async def test_unimplemented_rpc_keeps_its_error_class() -> None:
     """Unimplemented raised by a handler arrives as Unimplemented at a flightfeed client."""
     handler = BadInputHandler()
-    async with running_server(handler) as location:
-        async with FlightClient(location) as client:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
+        async with FlightClient(location, errors=TYPED_ERRORS) as client:
             with pytest.raises(Unimplemented, match="ListFlights is not implemented"):
                 await client.list_flights()
         await assert_serves(location, handler)
@@ -510,7 +530,7 @@ async def test_unimplemented_rpc_keeps_its_error_class() -> None:
 async def test_unknown_method_path(handler: BadInputHandler, path: str) -> None:
     """UNIMPLEMENTED, for gRPC's C-core client and for grpclib (flightfeed's client) alike."""
     grpc = pytest.importorskip("grpc")
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
 
         def core_call() -> tuple[Any, str]:
             with grpc.insecure_channel(location.removeprefix("grpc://")) as channel:
@@ -546,8 +566,8 @@ async def test_client_disconnects_mid_doget_while_another_completes(
     handler: BadInputHandler,
 ) -> None:
     finished = handler.watch(b"endless-1")
-    async with running_server(handler) as location:
-        client = FlightClient(location)
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
+        client = FlightClient(location, errors=TYPED_ERRORS)
         async with client.do_get(b"endless-1") as reader:
             assert await reader.next() is not None
             await assert_serves(location, handler, ticket=b"during")  # another client
@@ -560,7 +580,7 @@ async def test_client_disconnects_mid_doget_while_another_completes(
 async def test_cpp_client_cancels_mid_doget(handler: BadInputHandler) -> None:
     cancelled = handler.watch(b"endless-cancel")
     closed = handler.watch(b"endless-close")
-    async with running_server(handler) as location:
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
 
         def cpp_call(ticket: bytes, cancel: bool) -> None:
             with cpp_client(location) as client:
@@ -581,7 +601,10 @@ async def test_leaving_a_doget_early_releases_the_server(handler: BadInputHandle
     """Leaving `async with client.do_get(...)` before the end cancels the call instead of
     waiting for a stream that never ends; the connection stays usable."""
     finished = handler.watch(b"endless-early")
-    async with running_server(handler) as location, FlightClient(location) as client:
+    async with (
+        running_server(handler, errors=TYPED_ERRORS) as location,
+        FlightClient(location, errors=TYPED_ERRORS) as client,
+    ):
         with anyio.fail_after(5):  # guards a hang, not a timing assertion
             async with client.do_get(b"endless-early") as reader:
                 assert await reader.next() is not None
@@ -597,7 +620,10 @@ async def test_breaking_out_of_doget_iteration_releases_the_server(
     handler: BadInputHandler,
 ) -> None:
     finished = handler.watch(b"endless-iter")
-    async with running_server(handler) as location, FlightClient(location) as client:
+    async with (
+        running_server(handler, errors=TYPED_ERRORS) as location,
+        FlightClient(location, errors=TYPED_ERRORS) as client,
+    ):
         batches = client.do_get(b"endless-iter").__aiter__()
         assert (await batches.__anext__()).num_rows == BIG.num_rows
         await batches.aclose()  # type: ignore[attr-defined]
@@ -611,8 +637,8 @@ async def test_client_closed_while_reading_raises_a_flightfeed_error(
 ) -> None:
     """Closing a client under a running DoGet fails the read with a FlightfeedError (instead
     of an AttributeError from grpclib, or a read that waits forever)."""
-    async with running_server(handler) as location:
-        client = FlightClient(location)
+    async with running_server(handler, errors=TYPED_ERRORS) as location:
+        client = FlightClient(location, errors=TYPED_ERRORS)
 
         async def close_while_reading() -> None:
             async with client.do_get(b"endless-closed") as reader:

@@ -43,7 +43,7 @@ from flightfeed.errors import (
 from flightfeed.flight.streams import FlightDataReader
 from flightfeed.plan import MemoryScan, Projection, call, col, partition_ids
 from flightfeed.plan.functions import BUILTINS
-from flightfeed.protocol import TaskChannel, WorkerClient
+from flightfeed.protocol import TYPED_ERRORS, GrpcTaskChannel, WorkerClient
 from flightfeed.session import SessionStateBuilder
 from flightfeed.testing import start_workers
 from flightfeed.worker import Worker, WorkerConfig
@@ -311,7 +311,7 @@ async def test_bad_input_channel_without_set_plan() -> None:
             None,
             path="/flightfeed.v1.WorkerService/",
         ) as stream:
-            channel = TaskChannel(stream)
+            channel = GrpcTaskChannel(stream, TYPED_ERRORS)
             await channel.cancel("hello")
             await channel.wait_metrics()
 

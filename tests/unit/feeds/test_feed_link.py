@@ -179,7 +179,7 @@ async def test_a_provider_error_reaches_only_its_partition_with_its_message() ->
                 tg.start_soon(read, partition)
     assert results == {
         0: bodies("a", 0, 20),
-        1: "5 then RuntimeError: upstream page 6 missing",
+        1: "5 then RuntimeError: feed provider failed: upstream page 6 missing",
         2: bodies("a", 2, 20),
     }
 

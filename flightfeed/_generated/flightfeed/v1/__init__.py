@@ -406,10 +406,15 @@ class ErrorDetail(betterproto2.Message):
 
     worker_url: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
     """
-    Where it happened.
+    Where it happened: the worker (empty: the coordinator) and the task.
     """
 
     task_key: "TaskKey | None" = betterproto2.field(5, betterproto2.TYPE_MESSAGE, optional=True)
+
+    component: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The part that failed: "session builder", "feed provider", "plan decode", ...
+    """
 
 
 default_message_pool.register_message("flightfeed.v1", "ErrorDetail", ErrorDetail)

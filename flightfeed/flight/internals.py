@@ -1,0 +1,317 @@
+"""The one adapter over grpclib, h2 and hyperframe internals.
+
+The data path needs what these libraries do not offer publicly: the raw HTTP/2 stream under a
+gRPC call (wire.py writes FlightData frames around buffer views), h2's flow-control bookkeeping
+without its copy, a frame buffer that passes large DATA payloads through as views, a protocol
+factory of our own (keepalive, frame size, write buffer), and the status of a call that was
+reset. Every private name flightfeed uses is used in this module and nowhere else.
+
+`CLASS_ATTRIBUTES` are checked when this module is imported, so a grpclib or h2 release that
+dropped one fails at start-up with a message naming it, not in the middle of a transfer;
+`INSTANCE_ATTRIBUTES` are checked on live objects by tests/unit/flight/test_internals.py.
+pyproject.toml bounds the versions from above, so a new minor release is a deliberate upgrade.
+"""
+
+from __future__ import annotations
+
+import socket
+import weakref
+from collections.abc import Mapping
+from typing import Any, Final
+
+import grpclib.client
+import grpclib.const
+import grpclib.protocol
+import grpclib.server
+import h2.connection
+import h2.frame_buffer
+import hyperframe.frame
+from grpclib.const import Status
+from grpclib.protocol import H2Protocol
+from h2.connection import ConnectionInputs
+from h2.stream import StreamInputs
+
+CLASS_ATTRIBUTES: Final[Mapping[type, tuple[str, ...]]] = {
+    grpclib.server.Server: ("_protocol_factory", "__gc_step__"),
+    grpclib.client.Channel: ("_protocol_factory",),
+    grpclib.client.Stream: ("_process_grpc_status",),
+    h2.connection.H2Connection: ("_get_stream_by_id",),
+    h2.frame_buffer.FrameBuffer: ("_validate_frame_length",),
+    hyperframe.frame.DataFrame: ("_body_repr",),
+}
+"""Private methods flightfeed calls or overrides, by class."""
+
+INSTANCE_ATTRIBUTES: Final[Mapping[str, tuple[str, ...]]] = {
+    "grpclib.server.Server": (
+        "_mapping",
+        "_codec",
+        "_status_details_codec",
+        "_config",
+        "_h2_config",
+        "_handlers",
+        "__dispatch__",
+    ),
+    "grpclib.client.Channel": ("_config", "_h2_config"),
+    "grpclib.client.Stream": ("_stream", "_wrapper", "_end_done"),
+    "grpclib.server.Stream": ("_stream", "_method_name", "_send_trailing_metadata_done"),
+    "grpclib.protocol.Stream": ("_h2_connection", "_transport"),
+    "grpclib.protocol.Connection": ("_connection", "_transport"),
+    "grpclib.utils.Wrapper": ("cancelled",),
+    "h2.frame_buffer.FrameBuffer": ("_data", "_preamble_len", "_headers_buffer"),
+}
+"""Private attributes flightfeed reads or sets, by the class of the objects that carry them."""
+
+
+def check_classes(attributes: Mapping[type, tuple[str, ...]] = CLASS_ATTRIBUTES) -> None:
+    """ImportError naming every listed attribute a class lacks."""
+    missing = [
+        f"{cls.__module__}.{cls.__qualname__}.{name}"
+        for cls, names in attributes.items()
+        for name in names
+        if not hasattr(cls, name)
+    ]
+    if missing:
+        raise ImportError(
+            "flightfeed relies on internals that this grpclib/h2/hyperframe release lacks: "
+            + ", ".join(missing)
+            + " (install the versions pyproject.toml allows)"
+        )
+
+
+check_classes()
+
+
+# -- gRPC calls -------------------------------------------------------------------------------
+
+
+def raw_stream(call: grpclib.client.Stream[Any, Any] | grpclib.server.Stream[Any, Any]) -> Any:
+    """The HTTP/2 stream (grpclib.protocol.Stream) under a client or server call."""
+    return call._stream
+
+
+def call_wrapper(call: grpclib.client.Stream[Any, Any]) -> Any:
+    """The wrapper grpclib wakes a client call's waits through when its connection dies."""
+    return call._wrapper
+
+
+def wrapper_cancelled(wrapper: Any) -> bool:
+    """Whether grpclib woke the calls inside `wrapper` by cancelling them."""
+    return bool(getattr(wrapper, "cancelled", False))
+
+
+def request_ended(call: grpclib.client.Stream[Any, Any]) -> bool:
+    """Whether the client already half-closed its side of the call."""
+    return bool(call._end_done)
+
+
+def mark_request_ended(call: grpclib.client.Stream[Any, Any]) -> None:
+    """Record the request side as over when the server closed the call already (nothing more
+    can be sent, and grpclib would otherwise refuse to read the status on exit)."""
+    call._end_done = True
+
+
+def raw_status(call: grpclib.client.Stream[Any, Any]) -> tuple[Status, str | None, Any] | None:
+    """The error status a server sent before resetting the stream (grpclib servers reset after
+    error trailers), from the raw trailers or trailers-only headers; None if there is none."""
+    stream = call._stream
+    raw = stream.trailers or stream.headers
+    fields = dict(raw) if raw else {}
+    if fields.get("grpc-status") in (None, "0"):
+        return None
+    status, message, details = call._process_grpc_status(fields)
+    return status, message, details
+
+
+def raw_trailing_headers(call: grpclib.client.Stream[Any, Any]) -> Any:
+    """The undecoded trailers (or trailers-only headers) of a call, if any arrived."""
+    stream = call._stream
+    return stream.trailers or stream.headers
+
+
+def method_name(call: grpclib.server.Stream[Any, Any]) -> str:
+    """The full method path of a server call."""
+    name: str = call._method_name
+    return name
+
+
+def can_send_status(call: grpclib.server.Stream[Any, Any]) -> bool:
+    """Whether a server call can still send its trailers (not sent yet, stream not closed)."""
+    return not call._send_trailing_metadata_done and bool(call._stream.closable)
+
+
+# -- HTTP/2 streams and connections ---------------------------------------------------------
+
+
+def stream_h2_connection(stream: grpclib.protocol.Stream) -> Any:
+    """The h2 H2Connection a grpclib HTTP/2 stream belongs to."""
+    return stream._h2_connection
+
+
+def stream_transport(stream: grpclib.protocol.Stream) -> Any:
+    """The asyncio transport a grpclib HTTP/2 stream writes to."""
+    return stream._transport
+
+
+def protocol_h2_connection(protocol: H2Protocol) -> Any:
+    """The h2 H2Connection of a grpclib connection protocol."""
+    return protocol.connection._connection
+
+
+def protocol_transport(protocol: H2Protocol) -> Any:
+    """The transport of a grpclib connection protocol; None once it is closing."""
+    return getattr(protocol.connection, "_transport", None)
+
+
+def account_sent(h2_connection: Any, stream_id: int, size: int) -> None:
+    """Update h2's state machines and windows as H2Connection.send_data would, minus the copy
+    (the caller writes the DATA frames itself)."""
+    h2_connection.state_machine.process_input(ConnectionInputs.SEND_DATA)
+    h2_stream = h2_connection._get_stream_by_id(stream_id)
+    h2_stream.state_machine.process_input(StreamInputs.SEND_DATA)
+    h2_stream.outbound_flow_control_window -= size
+    h2_connection.outbound_flow_control_window -= size
+
+
+class FrameBufferBase(h2.frame_buffer.FrameBuffer):
+    """h2's FrameBuffer with its parsing state exposed, and a hook for the live frame limit."""
+
+    def current_max_frame_size(self) -> int | None:
+        """Override: the inbound frame limit in force now (None: the buffer's own)."""
+        return None
+
+    @property
+    def buffered(self) -> bytearray:
+        """Received bytes not yet parsed into frames."""
+        data: bytearray = self._data
+        return data
+
+    @property
+    def in_preamble(self) -> bool:
+        return bool(self._preamble_len)
+
+    @property
+    def in_header_block(self) -> bool:
+        return bool(self._headers_buffer)
+
+    def validate_frame_length(self, length: int) -> None:
+        self._validate_frame_length(length)
+
+    def _validate_frame_length(self, length: int) -> None:
+        limit = self.current_max_frame_size()
+        if limit is not None:
+            self.max_frame_size = limit
+        super()._validate_frame_length(length)
+
+
+def set_data_frame_repr(body_repr: Any) -> None:
+    """Replace hyperframe's DATA-frame body repr (h2 formats every received frame for a trace
+    log, even with logging off, and the stock repr hexlifies the whole payload)."""
+    setattr(hyperframe.frame.DataFrame, "_body_repr", body_repr)  # noqa: B010
+
+
+# -- servers and channels -------------------------------------------------------------------
+
+
+async def _unimplemented(call: grpclib.server.Stream[Any, Any]) -> None:
+    await call.send_trailing_metadata(
+        status=Status.UNIMPLEMENTED, status_message=f"method {call._method_name} not found"
+    )
+
+
+class _MethodsOrUnimplemented(dict[str, grpclib.const.Handler]):
+    """grpclib's router answers unknown paths with a bare HTTP-level abort that grpclib
+    clients misreport ("Missing content-type"); route them to a proper UNIMPLEMENTED reply."""
+
+    def __init__(self, methods: Mapping[str, grpclib.const.Handler], message_type: type) -> None:
+        super().__init__(methods)
+        self._fallback = grpclib.const.Handler(
+            _unimplemented, grpclib.const.Cardinality.STREAM_STREAM, message_type, message_type
+        )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return super().get(key, self._fallback)
+
+
+class ServerBase(grpclib.server.Server):
+    """grpclib's Server building its connections with `make_protocol`, answering unknown
+    methods with UNIMPLEMENTED, and able to close every open connection."""
+
+    def __init__(self, handlers: list[Any], *, raw_message_type: type, **options: Any) -> None:
+        super().__init__(handlers, **options)
+        self._mapping = _MethodsOrUnimplemented(self._mapping, raw_message_type)
+        self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+
+    def make_protocol(self, handler: grpclib.server.Handler, config: Any, h2_config: Any) -> Any:
+        """Override: the protocol of one accepted connection."""
+        return H2Protocol(handler, config, h2_config)
+
+    def _protocol_factory(self) -> H2Protocol:
+        self.__gc_step__()
+        handler = grpclib.server.Handler(
+            self._mapping, self._codec, self._status_details_codec, self.__dispatch__
+        )
+        self._handlers.add(handler)
+        protocol: H2Protocol = self.make_protocol(handler, self._config, self._h2_config)
+        self._protocols.add(protocol)
+        return protocol
+
+    def close_connections(self) -> None:
+        """Close every open connection. grpclib's close() stops the listener and cancels the
+        handlers but leaves the connections open, so clients would keep waiting."""
+        for protocol in list(self._protocols):
+            connection = getattr(protocol, "connection", None)
+            if connection is not None:
+                connection.close()
+
+
+class ChannelBase(grpclib.client.Channel):
+    """grpclib's Channel building its connection with `make_protocol`."""
+
+    def make_protocol(self, handler: grpclib.client.Handler, config: Any, h2_config: Any) -> Any:
+        """Override: the protocol of the channel's connection."""
+        return H2Protocol(handler, config, h2_config)
+
+    def _protocol_factory(self) -> H2Protocol:
+        protocol: H2Protocol = self.make_protocol(
+            grpclib.client.Handler(), self._config, self._h2_config
+        )
+        return protocol
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound IPv4 TCP socket for `Server.start(sock=...)`: its port is known before serving
+    (port 0 picks a free one) without asking the server's internals."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+__all__ = [
+    "CLASS_ATTRIBUTES",
+    "INSTANCE_ATTRIBUTES",
+    "ChannelBase",
+    "FrameBufferBase",
+    "ServerBase",
+    "account_sent",
+    "check_classes",
+    "call_wrapper",
+    "can_send_status",
+    "listening_socket",
+    "mark_request_ended",
+    "method_name",
+    "protocol_h2_connection",
+    "protocol_transport",
+    "raw_status",
+    "raw_stream",
+    "raw_trailing_headers",
+    "request_ended",
+    "set_data_frame_repr",
+    "stream_h2_connection",
+    "stream_transport",
+    "wrapper_cancelled",
+]

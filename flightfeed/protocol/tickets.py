@@ -1,0 +1,66 @@
+"""ExecuteTask requests and the Flight tickets that carry them.
+
+A DoGet whose ticket is a serialized ExecuteTaskRequest runs a partition range of a task, so
+any Flight client (C++, Java, Go, Rust, pyarrow, ADBC) can read a task's output.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+from .._generated.flightfeed.v1 import (
+    BroadcastExecHead,
+    ExecuteTaskRequest,
+    NoneHead,
+    RepartitionExecHead,
+    TaskKey,
+)
+from ..errors import InvalidArgument
+from ..flight.protowire import check_wire_format
+
+Head: TypeAlias = Literal["none", "broadcast"] | RepartitionExecHead
+
+
+def execute_task_request(
+    task_key: TaskKey,
+    start: int,
+    end: int,
+    *,
+    head: Head = "none",
+    outputs: int = 1,
+) -> ExecuteTaskRequest:
+    """A request for partitions [start, end) of a task. `head` shapes the task's output:
+    "none" (its own partitions), "broadcast" to `outputs` consumers, or a RepartitionExecHead."""
+    if not 0 <= start < end:
+        raise InvalidArgument(f"partition range [{start}, {end}) is empty or negative")
+    request = ExecuteTaskRequest(
+        task_key=task_key, target_partition_start=start, target_partition_end=end
+    )
+    if isinstance(head, RepartitionExecHead):
+        request.repartition = head
+    elif head == "broadcast":
+        request.broadcast = BroadcastExecHead(output_partitions=outputs)
+    elif head == "none":
+        request.none = NoneHead()
+    else:
+        raise InvalidArgument(f"unknown producer head {head!r}")
+    return request
+
+
+def execute_task_ticket(
+    task_key: TaskKey, start: int, end: int, *, head: Head = "none", outputs: int = 1
+) -> bytes:
+    """The DoGet ticket that runs partitions [start, end) of a task (see execute_task_request)."""
+    return bytes(execute_task_request(task_key, start, end, head=head, outputs=outputs))
+
+
+def parse_ticket(ticket: bytes) -> ExecuteTaskRequest:
+    """A DoGet ticket as an ExecuteTaskRequest, with a clear error for anything else."""
+    try:
+        check_wire_format(ticket)
+        request = ExecuteTaskRequest.parse(ticket)
+    except Exception as exc:
+        raise InvalidArgument(f"ticket is not a serialized ExecuteTaskRequest: {exc}") from None
+    if request.task_key is None:
+        raise InvalidArgument("ticket is not a serialized ExecuteTaskRequest: no task_key")
+    return request

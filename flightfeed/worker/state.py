@@ -1,0 +1,19 @@
+"""What the worker's RPC handlers work with, and nothing more: its limits, its live tasks,
+how sessions are built, and where it can be reached."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..session import SessionBuilder
+from .config import WorkerConfig
+from .registry import TaskRegistry
+
+
+@dataclass(eq=False)
+class WorkerState:
+    config: WorkerConfig
+    registry: TaskRegistry
+    session_builder: SessionBuilder
+    location: str = ""
+    """The worker's location (known once it serves); error origins name it."""
