@@ -53,10 +53,6 @@ class DistributedPlan:
     root: ExecutionPlan
     stages: tuple[Stage, ...]
 
-    @property
-    def is_distributed(self) -> bool:
-        return bool(self.stages)
-
     def task_refs(self) -> list[tuple[int, int]]:
         """(stage id, task number) of every task, in stage order."""
         return [(s.stage_id, t.task_number) for s in self.stages for t in s.tasks]

@@ -9,7 +9,7 @@ back into record batches with Arrow C++ (dictionaries included).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -127,10 +127,6 @@ class FlightDataEncoder:
             )
         return out
 
-    def metadata_only(self, app_metadata: bytes) -> EncodedMessage:
-        """A FlightData carrying only app_metadata (as Flight's DoExchange/DoPut allow)."""
-        return encode_flight_data(app_metadata=app_metadata)
-
 
 @dataclass(frozen=True)
 class FlightDataView:
@@ -228,10 +224,3 @@ class FlightDataDecoder:
         except StopIteration:
             raise InvalidArgument("FlightData stream ended inside a message") from None
         raise InvalidArgument(f"unsupported Arrow IPC message kind {kind} in FlightData")
-
-    def iter_batches(self, messages: Iterator[FlightDataView]) -> Iterator[pa.RecordBatch]:
-        """Decode a whole synchronous sequence of messages."""
-        for message in messages:
-            batch = self.feed(message)
-            if batch is not None:
-                yield batch

@@ -6,8 +6,9 @@ Private grpclib/h2 names are reached only through internals.py.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
+import betterproto2
 import grpclib.client
 import grpclib.server
 from grpclib.encoding.base import CodecBase
@@ -27,6 +28,7 @@ from .tuning import advertise_max_frame_size, apply_process_tuning, grpc_config
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=betterproto2.Message)
 
 
 class RawBytes(bytes):
@@ -51,12 +53,17 @@ class MessageCodec(CodecBase):
     def decode(self, data: bytes, message_type: Any) -> Any:
         if message_type is RawBytes:
             return RawBytes(data)
-        if len(data) > self.max_message_size:
-            raise ResourceExhausted(
-                f"message of {len(data)} bytes exceeds the limit of {self.max_message_size} bytes"
-            )
-        check_wire_format(data)
-        return message_type.parse(data)
+        return parse_message(data, message_type, self.max_message_size)
+
+
+def parse_message(data: bytes, message_type: type[M], max_message_size: int) -> M:
+    """A betterproto2 message from untrusted bytes: size limit, strict wire check, parse."""
+    if len(data) > max_message_size:
+        raise ResourceExhausted(
+            f"message of {len(data)} bytes exceeds the limit of {max_message_size} bytes"
+        )
+    check_wire_format(data)
+    return message_type.parse(data)
 
 
 WRITE_BUFFER_HIGH = 16 * 1024 * 1024

@@ -75,7 +75,7 @@ def skip_field(buf: memoryview, pos: int, wire_type: int) -> int:
     return pos
 
 
-def check_wire_format(data: bytes | memoryview, max_depth: int = 0) -> None:
+def check_wire_format(data: bytes | memoryview) -> None:
     """Raise InvalidArgument unless `data` is well-formed protobuf wire format.
 
     betterproto2 parses leniently (garbage often decodes to a default message), so requests

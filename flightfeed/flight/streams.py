@@ -27,8 +27,6 @@ class FlightDataWriter:
         self._stream = stream
         self._encoder: FlightDataEncoder | None = None
         self._before_first_write = before_first_write
-        self.batches_written = 0
-        self.bytes_written = 0
 
     async def _ready(self) -> None:
         if self._before_first_write is not None:
@@ -52,7 +50,6 @@ class FlightDataWriter:
         self._encoder = FlightDataEncoder(schema, options)
         message = self._encoder.schema_message(bytes(descriptor) if descriptor else None)
         await send_encoded(self._stream, message)
-        self.bytes_written += message.nbytes
 
     async def write(self, batch: pa.RecordBatch, app_metadata: bytes | None = None) -> None:
         """Send one record batch (and any dictionaries it needs first)."""
@@ -61,8 +58,6 @@ class FlightDataWriter:
         assert self._encoder is not None
         for message in self._encoder.encode(batch, app_metadata):
             await send_encoded(self._stream, message)
-            self.bytes_written += message.nbytes
-        self.batches_written += 1
 
     async def write_table(self, table: pa.Table, max_chunksize: int | None = None) -> None:
         if self._encoder is None:
@@ -73,9 +68,7 @@ class FlightDataWriter:
     async def write_metadata(self, app_metadata: bytes) -> None:
         """A FlightData with only app_metadata (no batch)."""
         await self._ready()
-        message = encode_flight_data(app_metadata=app_metadata)
-        await send_encoded(self._stream, message)
-        self.bytes_written += message.nbytes
+        await send_encoded(self._stream, encode_flight_data(app_metadata=app_metadata))
 
 
 class FlightDataReader:

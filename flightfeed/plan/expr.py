@@ -7,7 +7,7 @@ tree per batch, never a loop over rows. Literals stay `pa.Scalar`s so kernels br
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -102,20 +102,6 @@ def call(function: str, *args: Expr | object, options: pc.FunctionOptions | None
     return Call(function, exprs, options)
 
 
-def walk(expr: Expr) -> Iterator[Expr]:
-    """Every node of an expression tree, parents first."""
-    stack: list[Expr] = [expr]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, Call):
-            stack.extend(reversed(node.args))
-
-
-def columns_of(expr: Expr) -> set[str]:
-    return {node.name for node in walk(expr) if isinstance(node, Column)}
-
-
 @lru_cache(maxsize=1024)
 def _builtin(name: str) -> Any:
     """A pyarrow.compute function usable in scalar context (aggregates are not)."""
@@ -132,6 +118,18 @@ def _builtin(name: str) -> Any:
             f"function {name!r} is a {function.kind} function; use it in an aggregate expression"
         )
     return function
+
+
+def calls_udf(exprs: Iterable[Expr], functions: FunctionRegistry) -> bool:
+    """Whether any of the expressions calls a session UDF (user code, possibly slow Python)."""
+    stack: list[Expr] = list(exprs)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Call):
+            if functions.scalar_udf(node.function) is not None:
+                return True
+            stack.extend(node.args)
+    return False
 
 
 def resolve_scalar(name: str, functions: FunctionRegistry) -> ScalarUdf | Any:

@@ -25,7 +25,6 @@ from .._generated.flightfeed.v1 import (
     Metric,
     MetricsSet,
     NamedCount,
-    NamedTime,
     OutputBatches,
     OutputBytes,
     OutputRows,
@@ -55,7 +54,6 @@ class NodeMetrics:
     node_name: str
     partitions: dict[int, PartitionMetrics] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
-    times_ns: dict[str, int] = field(default_factory=dict)
 
     def partition(self, partition: int) -> PartitionMetrics:
         found = self.partitions.get(partition)
@@ -65,9 +63,6 @@ class NodeMetrics:
 
     def add_count(self, name: str, value: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + value
-
-    def add_time(self, name: str, nanos: int) -> None:
-        self.times_ns[name] = self.times_ns.get(name, 0) + nanos
 
     @property
     def output_rows(self) -> int:
@@ -103,7 +98,6 @@ class NodeMetrics:
                 end = EndTimestamp(value=p.end_timestamp_ns)
                 out.append(Metric(partition=index, end_timestamp=end))
         out += [Metric(count=NamedCount(name=k, value=v)) for k, v in sorted(self.counts.items())]
-        out += [Metric(time=NamedTime(name=k, value=v)) for k, v in sorted(self.times_ns.items())]
         return MetricsSet(metrics=out)
 
 

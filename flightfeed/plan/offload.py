@@ -25,8 +25,11 @@ OFF_LOOP_THRESHOLD_BYTES: Final = 64 * 1024
 """Plans and messages at least this large are decoded and encoded on a worker thread."""
 
 
-async def run_compute(ctx: TaskContext, nbytes: int, fn: Callable[[], T]) -> T:
-    """Call `fn` on a worker thread if `nbytes` reaches the threshold, else inline.
+async def run_compute(
+    ctx: TaskContext, nbytes: int, fn: Callable[[], T], *, user_code: bool = False
+) -> T:
+    """Call `fn` on a worker thread if `nbytes` reaches the threshold (or `fn` runs user code,
+    such as a UDF, whose cost nothing bounds), else inline.
 
     The time `fn` itself takes is the calling node's elapsed compute (see metrics.py).
     """
@@ -40,7 +43,7 @@ async def run_compute(ctx: TaskContext, nbytes: int, fn: Callable[[], T]) -> T:
             spent[0] = time.perf_counter_ns() - started
 
     try:
-        if nbytes >= ctx.offload_threshold_bytes:
+        if user_code or nbytes >= ctx.offload_threshold_bytes:
             return await anyio.to_thread.run_sync(timed)
         return timed()
     finally:

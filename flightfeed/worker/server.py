@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 
 from ..flight.server import FlightServer
+from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE
 from ..protocol import inprocess
 from ..protocol.errors import TYPED_ERRORS
 from ..session import (
@@ -53,6 +54,7 @@ class Worker:
         advertised_url: str | None = None,
         config: WorkerConfig | None = None,
         in_process: bool = False,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     ) -> None:
         self.config = config or WorkerConfig()
         self.state = WorkerState(
@@ -65,11 +67,12 @@ class Worker:
         self._in_process = in_process
         self._server = FlightServer(
             WorkerFlightHandler(self.state),
-            services=[WorkerService(self.handlers, TYPED_ERRORS)],
+            services=[WorkerService(self.handlers, TYPED_ERRORS, max_message_size)],
             host=host,
             port=port,
             keepalive=self.config.keepalive,
             errors=TYPED_ERRORS,
+            max_message_size=max_message_size,
         )
         self._stack: AsyncExitStack | None = None
 

@@ -18,8 +18,9 @@ from .._generated.flightfeed.v1 import (
     WorkerToCoordinatorMsg,
 )
 from ..flight.errors import ErrorMapping
-from ..flight.grpc import RawBytes
+from ..flight.grpc import RawBytes, parse_message
 from ..flight.server import CallContext, call_writer, receive_request, rpc_boundary
+from ..plan.offload import off_loop
 from ..session import Headers
 from .endpoint import WorkerHandlers
 from .rpc.do_get import FlightSink
@@ -36,16 +37,24 @@ def request_headers(ctx: CallContext) -> Headers:
 class WorkerService:
     """Routes WorkerService RPCs to the worker's handlers."""
 
-    def __init__(self, handlers: WorkerHandlers, errors: ErrorMapping) -> None:
+    def __init__(
+        self, handlers: WorkerHandlers, errors: ErrorMapping, max_message_size: int
+    ) -> None:
         self.handlers = handlers
         self.errors = errors
+        self.max_message_size = max_message_size
+
+    def _parse_control(self, raw: bytes) -> CoordinatorToWorkerMsg:
+        return parse_message(raw, CoordinatorToWorkerMsg, self.max_message_size)
 
     async def _coordinator_channel(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
         async def inbound() -> AsyncIterator[CoordinatorToWorkerMsg]:
-            async for message in stream:
-                yield message
+            # Received raw and parsed here: a large SetPlan or batch of units is parsed on a
+            # worker thread, so the event loop keeps serving every other call meanwhile.
+            async for raw in stream:
+                yield await off_loop(self._parse_control, raw, nbytes=len(raw))
 
         await self.handlers.coordinator_channel(
             request_headers(ctx), inbound(), stream.send_message, stream.send_initial_metadata
@@ -69,7 +78,7 @@ class WorkerService:
             SERVICE + "CoordinatorChannel": grpclib.const.Handler(
                 rpc_boundary(self._coordinator_channel, self.errors),
                 Cardinality.STREAM_STREAM,
-                CoordinatorToWorkerMsg,
+                RawBytes,
                 WorkerToCoordinatorMsg,
             ),
             SERVICE + "ExecuteTask": grpclib.const.Handler(

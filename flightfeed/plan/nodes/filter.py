@@ -11,7 +11,7 @@ from ..._generated.flightfeed.v1 import FilterNode
 from ...errors import InvalidArgument
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
-from ..expr import Expr, evaluate, output_type
+from ..expr import Expr, calls_udf, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
 from ..offload import run_compute
@@ -35,10 +35,11 @@ class Filter(UnaryNode):
         return Filter(children[0], self.predicate, functions=self._functions)
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        user_code = calls_udf([self.predicate], ctx.session)
         async with closing(self.child.execute(partition, ctx)) as stream:
             async for batch in stream:
                 apply = partial(self._apply, batch, ctx)
-                out = await run_compute(ctx, batch.nbytes, apply)
+                out = await run_compute(ctx, batch.nbytes, apply, user_code=user_code)
                 if out.num_rows:
                     yield out
 

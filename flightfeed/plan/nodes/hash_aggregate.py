@@ -38,7 +38,7 @@ from ..base import (
     expect_children,
 )
 from ..codec import DecodeContext, decode_enum, parse_payload
-from ..expr import Expr, evaluate, output_type
+from ..expr import Expr, calls_udf, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto, named_from_proto, named_to_proto
 from ..functions import BUILTINS, FunctionRegistry
 from ..offload import run_compute
@@ -107,7 +107,15 @@ class HashAggregate(UnaryNode):
             children[0], self.group_by, self.aggregates, mode=self.mode, functions=self._functions
         )
 
+    def _runs_user_code(self, functions: FunctionRegistry) -> bool:
+        """Aggregate UDFs, or scalar UDFs in keys or arguments: always off the loop."""
+        if any(not isinstance(r, BuiltinAggregate) for r in self._resolved):
+            return True
+        exprs = [e for e, _ in self.group_by] + [x for a in self.aggregates for x in a.args]
+        return calls_udf(exprs, functions)
+
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        user_code = self._runs_user_code(ctx.session)
         states: list[pa.Table] = []
         since_merge = 0
         async with closing(self.child.execute(partition, ctx)) as stream:
@@ -115,10 +123,10 @@ class HashAggregate(UnaryNode):
                 if not batch.num_rows:
                     continue
                 consume = partial(self._to_states, batch, ctx.session)
-                states.append(await run_compute(ctx, batch.nbytes, consume))
+                states.append(await run_compute(ctx, batch.nbytes, consume, user_code=user_code))
                 since_merge += 1
                 if since_merge >= MERGE_EVERY_BATCHES:
-                    merged = await self._merge_async(states, ctx)
+                    merged = await self._merge_async(states, ctx, user_code)
                     states, since_merge = [merged], 0
                     check_memory(ctx, merged.nbytes, self.name)
         if not states:  # no rows: a global aggregate still yields its one row
@@ -126,14 +134,18 @@ class HashAggregate(UnaryNode):
                 [pa.array([], type=f.type) for f in self.child.schema], schema=self.child.schema
             )
             states = [self._to_states(empty, ctx.session)]
-        merged = await self._merge_async(states, ctx)
-        out = merged if self.mode is AggregateMode.PARTIAL else self._finish(merged)
+        merged = await self._merge_async(states, ctx, user_code)
+        finish = partial(self._finish, merged)
+        out = await run_compute(ctx, merged.nbytes, finish, user_code=user_code)
         for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
             yield batch
 
-    async def _merge_async(self, states: list[pa.Table], ctx: TaskContext) -> pa.Table:
+    async def _merge_async(
+        self, states: list[pa.Table], ctx: TaskContext, user_code: bool
+    ) -> pa.Table:
         table = pa.concat_tables(states)
-        return await run_compute(ctx, table.nbytes, partial(self._merge, table))
+        merge = partial(self._merge, table)
+        return await run_compute(ctx, table.nbytes, merge, user_code=user_code)
 
     def _to_states(
         self, batch: pa.RecordBatch, functions: FunctionRegistry, *, infer: bool = False

@@ -11,7 +11,7 @@ from ..._generated.flightfeed.v1 import ProjectionNode
 from ...errors import InvalidArgument
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
-from ..expr import Expr, evaluate, output_type
+from ..expr import Expr, calls_udf, evaluate, output_type
 from ..expr_proto import named_from_proto, named_to_proto
 from ..functions import BUILTINS, FunctionRegistry
 from ..offload import run_compute
@@ -52,9 +52,11 @@ class Projection(UnaryNode):
         return Projection(children[0], self.exprs, self.names, functions=self._functions)
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        user_code = calls_udf(self.exprs, ctx.session)
         async with closing(self.child.execute(partition, ctx)) as stream:
             async for batch in stream:
-                yield await run_compute(ctx, batch.nbytes, partial(self._apply, batch, ctx))
+                apply = partial(self._apply, batch, ctx)
+                yield await run_compute(ctx, batch.nbytes, apply, user_code=user_code)
 
     def _apply(self, batch: pa.RecordBatch, ctx: TaskContext) -> pa.RecordBatch:
         if not self.exprs:
