@@ -1,10 +1,13 @@
-"""Test infrastructure: both event loops, real servers on port 0, pyarrow's reference server.
+"""Test infrastructure: both event loops, real servers on port 0, pyarrow's reference server,
+and two guards on every async test: no blocking call from flightfeed's code on the event loop
+(blockbuster), and no stall of the loop longer than LOOP_STALL_SECONDS (LoopWatchdog).
 
 `tests/` is on sys.path so tests import shared code as `helpers.*`.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from blockbuster import blockbuster_ctx
 from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -21,6 +25,7 @@ from helpers.flight import StoreHandler, running_server
 from helpers.pyarrow_server import ReferenceServer
 
 from flightfeed.flight.tuning import apply_process_tuning
+from flightfeed.testing import LoopWatchdog
 
 apply_process_tuning()
 
@@ -69,3 +74,28 @@ def pyarrow_server() -> Iterator[ReferenceServer]:
         server.shutdown()
         thread.join(timeout=30)
         assert not thread.is_alive(), "pyarrow Flight server did not shut down"
+
+
+LOOP_STALL_SECONDS = float(os.environ.get("FLIGHTFEED_TEST_LOOP_STALL", "0.5"))
+"""How long any one callback may hold the event loop in a test (generous: a test fails on a
+real stall, such as decoding a big plan on the loop, not on scheduler noise)."""
+
+
+@pytest.fixture(autouse=True)
+def loop_guard(request: pytest.FixtureRequest) -> None:
+    """Every async test runs under `event_loop_guard`."""
+    function = getattr(request, "function", None)
+    if inspect.iscoroutinefunction(function) and request.node.get_closest_marker("anyio"):
+        request.getfixturevalue("event_loop_guard")
+
+
+@pytest.fixture
+async def event_loop_guard() -> AsyncIterator[None]:
+    """Fail the test if flightfeed blocks the event loop: a blocking call made from
+    flightfeed's own modules (blockbuster raises it where it happens), or any stall longer
+    than LOOP_STALL_SECONDS (reported with the stack that held the loop)."""
+    with blockbuster_ctx("flightfeed"):
+        async with LoopWatchdog(LOOP_STALL_SECONDS) as watchdog:
+            yield
+    if watchdog.stalls:
+        pytest.fail(watchdog.report(), pytrace=False)

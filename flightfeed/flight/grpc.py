@@ -52,7 +52,7 @@ class MessageCodec(CodecBase):
 
     def decode(self, data: bytes, message_type: Any) -> Any:
         if message_type is RawBytes:
-            return RawBytes(data)
+            return data  # as is: RawBytes(data) would copy it
         return parse_message(data, message_type, self.max_message_size)
 
 

@@ -52,7 +52,7 @@ INSTANCE_ATTRIBUTES: Final[Mapping[str, tuple[str, ...]]] = {
         "__dispatch__",
     ),
     "grpclib.client.Channel": ("_config", "_h2_config"),
-    "grpclib.client.Stream": ("_stream", "_wrapper", "_end_done"),
+    "grpclib.client.Stream": ("_stream", "_wrapper", "_end_done", "_send_request_done"),
     "grpclib.server.Stream": ("_stream", "_method_name", "_send_trailing_metadata_done"),
     "grpclib.protocol.Stream": ("_h2_connection", "_transport"),
     "grpclib.protocol.Connection": ("_connection", "_transport"),
@@ -97,6 +97,11 @@ def call_wrapper(call: grpclib.client.Stream[Any, Any]) -> Any:
 def wrapper_cancelled(wrapper: Any) -> bool:
     """Whether grpclib woke the calls inside `wrapper` by cancelling them."""
     return bool(getattr(wrapper, "cancelled", False))
+
+
+def request_sent(call: grpclib.client.Stream[Any, Any]) -> bool:
+    """Whether the client call's request headers went out."""
+    return bool(call._send_request_done)
 
 
 def request_ended(call: grpclib.client.Stream[Any, Any]) -> bool:
@@ -310,6 +315,7 @@ __all__ = [
     "raw_stream",
     "raw_trailing_headers",
     "request_ended",
+    "request_sent",
     "set_data_frame_repr",
     "stream_h2_connection",
     "stream_transport",

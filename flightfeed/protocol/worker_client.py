@@ -38,13 +38,15 @@ from ..flight.client import (
     forget_wakeup_cancel,
     status_checker,
 )
+from ..flight.codec import grpc_message
 from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes
-from ..flight.internals import mark_request_ended, raw_stream
+from ..flight.internals import call_wrapper, mark_request_ended, raw_stream, request_sent
 from ..flight.keepalive import KeepalivePolicy
 from ..flight.streams import FlightDataReader
 from ..flight.wakeup import cancel_baseline
-from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE
+from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE, send_encoded
+from ..plan.offload import off_loop
 from .channel import MetricsWaiter
 from .errors import TYPED_ERRORS
 
@@ -67,13 +69,14 @@ class GrpcTaskChannel(MetricsWaiter):
         self._interrupted = False
 
     async def send_work_units(self, batch: WorkUnitBatch) -> None:
-        await self._send(CoordinatorToWorkerMsg(work_unit_batch=batch))
+        size = len(batch.packed.bodies) if batch.packed is not None else 0
+        await self._send(CoordinatorToWorkerMsg(work_unit_batch=batch), size)
 
-    async def _send(self, message: CoordinatorToWorkerMsg) -> None:
+    async def _send(self, message: CoordinatorToWorkerMsg, size_hint: int = 0) -> None:
         # A send cut short (cancelled) may leave half a message on the stream, after which it
         # must not carry another one, not even a CancelTask.
         self._interrupted = True
-        await self._stream.send_message(message)
+        await send_control(self._stream, message, size_hint)
         self._interrupted = False
 
     async def cancel(self, reason: str) -> None:
@@ -108,6 +111,19 @@ class GrpcTaskChannel(MetricsWaiter):
         except (GRPCError, StreamTerminatedError) as exc:
             forget_wakeup_cancel(self._stream, task, baseline)
             raise call_error(self._stream, exc, self._errors) from None
+
+
+async def send_control(
+    stream: grpclib.client.Stream[Any, Any], message: CoordinatorToWorkerMsg, size_hint: int
+) -> None:
+    """Send a control message without blocking the event loop on a large one: it is encoded
+    on a worker thread (a SetPlan may carry a big in-memory table) and written zero-copy, as
+    FlightData is, instead of being copied into frames by grpclib and h2."""
+    payload = await off_loop(bytes, message, nbytes=size_hint)
+    if not request_sent(stream):
+        await stream.send_request()
+    with call_wrapper(stream):
+        await send_encoded(raw_stream(stream), grpc_message([payload], len(payload)))
 
 
 class WorkerClient(FlightClient):
@@ -158,12 +174,13 @@ class WorkerClient(FlightClient):
         async with self._call(
             "CoordinatorChannel",
             Cardinality.STREAM_STREAM,
-            CoordinatorToWorkerMsg,
+            RawBytes,  # control messages are encoded by send_control
             WorkerToCoordinatorMsg,
             headers,
             path=SERVICE,
         ) as stream:
-            await stream.send_message(CoordinatorToWorkerMsg(set_plan_request=set_plan))
+            message = CoordinatorToWorkerMsg(set_plan_request=set_plan)
+            await send_control(stream, message, len(set_plan.plan_proto))
             channel = GrpcTaskChannel(stream, self.errors)
             try:
                 yield channel
