@@ -14,8 +14,12 @@ from types import TracebackType
 import anyio
 
 from .._version import __version__
-from ..flight.keepalive import WORKER_CLIENT_KEEPALIVE, KeepalivePolicy
-from ..protocol import WorkerChannel, connect_worker
+from ..protocol import (
+    WORKER_CLIENT_KEEPALIVE,
+    KeepalivePolicy,
+    WorkerChannel,
+    connect_worker,
+)
 from .version import check_worker_version
 
 

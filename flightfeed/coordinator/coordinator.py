@@ -25,7 +25,6 @@ import anyio.to_thread
 import pyarrow as pa
 from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
 
-from .._generated.flightfeed.v1 import TaskKey, WorkUnit
 from ..errors import Cancelled, NotFound
 from ..feeds import FeedRegistry
 from ..plan.base import ExecutionPlan, closing
@@ -33,6 +32,7 @@ from ..plan.codec import CodecRegistry, encode_plan
 from ..plan.execution import open_task_context
 from ..plan.metrics import MetricsRegistry, instrument
 from ..plan.nodes import Coalesce
+from ..protocol import TaskKey, WorkUnit
 from ..session import Session, SessionStateBuilder
 from .channels import ChannelResolver
 from .display import format_distributed_plan

@@ -18,9 +18,9 @@ from typing import Final
 import anyio
 import numpy as np
 
-from .._generated.flightfeed.v1 import MetricsSet, TaskMetrics
 from ..feeds import FeedDispatcher, Percentiles
 from ..plan.metrics import NodeMetrics
+from ..protocol import MetricsSet, TaskMetrics
 
 DEFAULT_CAPACITY: Final = 256
 

@@ -16,10 +16,9 @@ import anyio
 import pyarrow as pa
 from grpclib.const import Status
 
-from .._generated.flightfeed.v1 import TaskKey, WorkUnit
 from ..errors import ErrorOrigin, FeedError, FlightfeedError, RemoteError
 from ..feeds import FeedDispatcher
-from ..protocol import TaskId, WorkerChannel, execute_task_request
+from ..protocol import TaskId, TaskKey, WorkerChannel, WorkUnit, execute_task_request
 from .metrics import QueryMetrics, TaskRecord
 from .stage import Stage, StageTask
 

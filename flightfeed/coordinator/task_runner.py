@@ -15,7 +15,6 @@ from typing import Final
 import anyio
 import betterproto2
 
-from .._generated.flightfeed.v1 import SetPlanRequest, TaskMetrics, WorkUnitBatch
 from ..errors import FeedError, FlightfeedError
 from ..feeds import (
     DEFAULT_DELIVERY_LOG_LIMIT,
@@ -26,7 +25,7 @@ from ..feeds import (
 )
 from ..plan.base import TaskContext
 from ..plan.functions import PlanSession
-from ..protocol import TaskChannel, TaskId, from_detail
+from ..protocol import SetPlanRequest, TaskChannel, TaskId, TaskMetrics, WorkUnitBatch, from_detail
 from .query import QueryRuntime, TaskRun
 
 SEND_FAILURE_GRACE: Final = 1.0

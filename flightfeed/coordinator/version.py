@@ -7,8 +7,10 @@ that is something else (a plain Flight server, an HTTP server) is named as such.
 
 from __future__ import annotations
 
+from grpclib.const import Status
+
 from .._version import __version__
-from ..errors import ErrorOrigin, FlightfeedError, RemoteError, Unimplemented, VersionMismatch
+from ..errors import ErrorOrigin, FlightfeedError, RemoteError, VersionMismatch
 from ..protocol import WorkerChannel
 
 
@@ -19,20 +21,8 @@ async def check_worker_version(
     origin = ErrorOrigin(worker_url=url)
     try:
         info = await channel.worker_info()
-    except (Unimplemented, VersionMismatch) as exc:
-        raise VersionMismatch(
-            f"{url} is not a flightfeed worker: it does not serve GetWorkerInfo ({exc.message})",
-            origin=origin,
-        ) from None
-    except RemoteError as exc:
-        raise RemoteError(
-            f"{url} did not answer GetWorkerInfo ({exc.message}): is it a flightfeed worker, "
-            "and is it up?",
-            grpc_status=exc.grpc_status,
-            origin=origin,
-        ) from None
     except FlightfeedError as exc:
-        raise exc.locate(origin) from None
+        raise _unusable(exc, url, origin) from None
     if info.version != expected:
         raise VersionMismatch(
             f"worker {url} runs flightfeed {info.version or '(unknown version)'}, "
@@ -41,3 +31,21 @@ async def check_worker_version(
         )
     version: str = info.version
     return version
+
+
+def _unusable(error: FlightfeedError, url: str, origin: ErrorOrigin) -> FlightfeedError:
+    """What a failed GetWorkerInfo says about the peer."""
+    status = getattr(error, "grpc_status", error.status)
+    if status == Status.UNIMPLEMENTED:  # it speaks gRPC, but not the WorkerService
+        return VersionMismatch(
+            f"{url} is not a flightfeed worker: it does not serve GetWorkerInfo ({error.message})",
+            origin=origin,
+        )
+    if isinstance(error, RemoteError):  # no gRPC answer at all: down, or not gRPC
+        return RemoteError(
+            f"{url} did not answer GetWorkerInfo ({error.message}): is it a flightfeed worker, "
+            "and is it up?",
+            grpc_status=error.grpc_status,
+            origin=origin,
+        )
+    return error.locate(origin)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio.to_thread
 
@@ -19,10 +19,6 @@ if TYPE_CHECKING:
     from .base import TaskContext
 
 T = TypeVar("T")
-A = TypeVar("A")
-
-OFF_LOOP_THRESHOLD_BYTES: Final = 64 * 1024
-"""Plans and messages at least this large are decoded and encoded on a worker thread."""
 
 
 async def run_compute(
@@ -48,13 +44,3 @@ async def run_compute(
         return timed()
     finally:
         record_compute(spent[0])
-
-
-async def off_loop(
-    fn: Callable[[A], T], arg: A, *, nbytes: int, threshold: int = OFF_LOOP_THRESHOLD_BYTES
-) -> T:
-    """`fn(arg)` on a worker thread when `nbytes` reaches `threshold`, else inline: CPU work on
-    large inputs (decoding a plan, say) must not stop the event loop serving everyone else."""
-    if nbytes >= threshold:
-        return await anyio.to_thread.run_sync(fn, arg)
-    return fn(arg)

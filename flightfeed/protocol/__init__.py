@@ -16,6 +16,7 @@ from .._generated.flightfeed.v1 import (
     FlightAppMetadata,
     GetWorkerInfoRequest,
     GetWorkerInfoResponse,
+    MetricsSet,
     NoneHead,
     RepartitionExecHead,
     SetPlanRequest,
@@ -27,6 +28,7 @@ from .._generated.flightfeed.v1 import (
     WorkUnitBatch,
     WorkUnitFeedProto,
 )
+from ..flight.keepalive import WORKER_CLIENT_KEEPALIVE, KeepalivePolicy
 from .channel import (
     PartitionSink,
     TaskChannel,
@@ -45,6 +47,7 @@ __all__ = [
     "ERROR_TRAILER",
     "INPROC_SCHEME",
     "TYPED_ERRORS",
+    "WORKER_CLIENT_KEEPALIVE",
     "BroadcastExecHead",
     "CancelTask",
     "CoordinatorToWorkerMsg",
@@ -55,8 +58,10 @@ __all__ = [
     "FlightAppMetadata",
     "GetWorkerInfoRequest",
     "GetWorkerInfoResponse",
+    "MetricsSet",
     "GrpcTaskChannel",
     "InProcessWorkerChannel",
+    "KeepalivePolicy",
     "NoneHead",
     "PartitionSink",
     "RepartitionExecHead",

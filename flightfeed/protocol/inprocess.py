@@ -184,13 +184,18 @@ class InProcessWorkerChannel:
                 except Exception as exc:
                     await _deliver_failure(outbound, exc)
 
+        failure: Exception | None = None
         async with to_worker, from_worker, anyio.create_task_group() as tg:
             await to_worker.send(CoordinatorToWorkerMsg(set_plan_request=set_plan))
             tg.start_soon(serve, name=f"in-process task channel to {self._url}")
             try:
                 yield InProcessTaskChannel(to_worker, from_worker, self._url)
+            except Exception as exc:  # the caller's own error: raised as is, not grouped
+                failure = exc
             finally:
                 tg.cancel_scope.cancel()  # as a reset stream: the worker drops the task
+        if failure is not None:
+            raise failure
 
     @asynccontextmanager
     async def execute_task(
@@ -208,12 +213,17 @@ class InProcessWorkerChannel:
                 except Exception as exc:
                     await _deliver_failure(send, exc)
 
+        failure: Exception | None = None
         async with receive, anyio.create_task_group() as tg:
             tg.start_soon(serve, name=f"in-process ExecuteTask on {self._url}")
             try:
                 yield _Batches(receive)
+            except Exception as exc:  # the caller's own error: raised as is, not grouped
+                failure = exc
             finally:
                 tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
 
     async def close(self) -> None:
         return None

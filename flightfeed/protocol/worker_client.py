@@ -28,6 +28,7 @@ from .._generated.flightfeed.v1 import (
     WorkerToCoordinatorMsg,
     WorkUnitBatch,
 )
+from ..concurrency import off_loop
 from ..errors import FlightfeedError
 from ..flight.client import (
     FlightClient,
@@ -46,7 +47,6 @@ from ..flight.keepalive import KeepalivePolicy
 from ..flight.streams import FlightDataReader
 from ..flight.wakeup import cancel_baseline
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE, send_encoded
-from ..plan.offload import off_loop
 from .channel import MetricsWaiter
 from .errors import TYPED_ERRORS
 

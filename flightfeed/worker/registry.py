@@ -18,13 +18,23 @@ from .config import WorkerConfig
 from .task import Task
 
 
+class _Waiter:
+    """ExecuteTasks waiting for one task's plan."""
+
+    __slots__ = ("arrived", "count")
+
+    def __init__(self) -> None:
+        self.arrived = anyio.Event()
+        self.count = 0
+
+
 class TaskRegistry:
     """Owns the live tasks of a worker. Single event loop; no locks needed."""
 
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self._tasks: dict[TaskId, Task] = {}
-        self._waiters: dict[TaskId, anyio.Event] = {}
+        self._waiters: dict[TaskId, _Waiter] = {}
         self._tombstones: OrderedDict[TaskId, tuple[str, float]] = OrderedDict()
         self._changed = anyio.Event()
 
@@ -36,6 +46,11 @@ class TaskRegistry:
 
     def keys(self) -> list[TaskId]:
         return list(self._tasks)
+
+    @property
+    def waiting(self) -> int:
+        """Tasks that ExecuteTasks are waiting for (their plans have not arrived)."""
+        return len(self._waiters)
 
     async def changed(self) -> None:
         """Wait until a task is added or removed."""
@@ -60,7 +75,7 @@ class TaskRegistry:
         self._tombstones.pop(task.key, None)
         waiter = self._waiters.pop(task.key, None)
         if waiter is not None:
-            waiter.set()
+            waiter.arrived.set()
         self._notify()
 
     def remove(self, task: Task, outcome: str) -> None:
@@ -89,14 +104,20 @@ class TaskRegistry:
         outcome = self._tombstone(key)
         if outcome is not None:
             raise NotFound(f"task {key} is no longer on this worker: {outcome}")
-        waiter = self._waiters.setdefault(key, anyio.Event())
-        with anyio.move_on_after(self.config.plan_wait_timeout):
-            await waiter.wait()
+        waiter = self._waiters.get(key)
+        if waiter is None:
+            waiter = self._waiters[key] = _Waiter()
+        waiter.count += 1
+        try:
+            with anyio.move_on_after(self.config.plan_wait_timeout):
+                await waiter.arrived.wait()
+        finally:  # timed out, arrived or cancelled: the last one out removes the entry
+            waiter.count -= 1
+            if not waiter.count and self._waiters.get(key) is waiter:
+                del self._waiters[key]
         task = self._tasks.get(key)
         if task is not None:
             return task
-        if not waiter.is_set() and self._waiters.get(key) is waiter:
-            del self._waiters[key]
         raise NotFound(
             f"no plan for task {key} arrived within {self.config.plan_wait_timeout:g}s "
             "(unknown task, or its SetPlan never came)"

@@ -17,10 +17,10 @@ from .._generated.flightfeed.v1 import (
     GetWorkerInfoResponse,
     WorkerToCoordinatorMsg,
 )
+from ..concurrency import off_loop
 from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes, parse_message
 from ..flight.server import CallContext, call_writer, receive_request, rpc_boundary
-from ..plan.offload import off_loop
 from ..session import Headers
 from .endpoint import WorkerHandlers
 from .rpc.do_get import FlightSink

@@ -25,6 +25,7 @@ from ..._generated.flightfeed.v1 import (
     TaskMetrics,
     WorkerToCoordinatorMsg,
 )
+from ...concurrency import off_loop
 from ...errors import (
     Cancelled,
     ErrorOrigin,
@@ -34,7 +35,6 @@ from ...errors import (
 )
 from ...feeds import FEED_INBOX_KEY, FeedInbox
 from ...plan.base import ExecutionPlan
-from ...plan.offload import off_loop
 from ...protocol.channel import Headers, Send
 from ...protocol.keys import TaskId, task_id
 from ...session import Headers as SessionHeaders

@@ -1,0 +1,101 @@
+"""The task registry: plans arriving after their ExecuteTask, tombstones, capacity, waiters."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pyarrow as pa
+import pytest
+
+from flightfeed.errors import NotFound, ResourceExhausted
+from flightfeed.plan import MemoryScan
+from flightfeed.protocol import TaskId
+from flightfeed.session import Session
+from flightfeed.worker import WorkerConfig
+from flightfeed.worker.registry import TaskRegistry
+from flightfeed.worker.task import Task
+
+pytestmark = pytest.mark.anyio
+
+PLAN = MemoryScan.from_table(pa.table({"x": [1, 2, 3]}))
+
+
+def key(number: int = 0) -> TaskId:
+    return TaskId(b"\x01" * 16, 1, number, 0)
+
+
+@asynccontextmanager
+async def tasks() -> AsyncIterator[tuple[TaskRegistry, anyio.abc.TaskGroup]]:
+    registry = TaskRegistry(WorkerConfig(plan_wait_timeout=30, max_concurrent_tasks=2))
+    async with anyio.create_task_group() as tg:
+        yield registry, tg
+        tg.cancel_scope.cancel()
+
+
+def new_task(tg: anyio.abc.TaskGroup, task_key: TaskId) -> Task:
+    return Task(
+        task_key,
+        PLAN,
+        Session(),
+        tg,
+        worker_url="grpc://w:1",
+        task_count=1,
+        query_start_ns=0,
+        consumer_buffer=2,
+    )
+
+
+async def test_an_execute_task_waits_for_its_plan() -> None:
+    async with tasks() as (registry, tg):
+        found: list[Task] = []
+
+        async def consumer() -> None:
+            found.append(await registry.wait_for(key()))
+
+        tg.start_soon(consumer)
+        await anyio.wait_all_tasks_blocked()
+        assert registry.waiting == 1
+        task = new_task(tg, key())
+        registry.add(task)
+        await anyio.wait_all_tasks_blocked()  # the consumer has taken it
+        assert found == [task]
+        assert registry.waiting == 0
+
+
+async def test_cancelled_waiters_leave_nothing_behind() -> None:
+    async with tasks() as (registry, tg):
+        for number in range(100):
+            tg.start_soon(registry.wait_for, key(number))
+        await anyio.wait_all_tasks_blocked()
+        assert registry.waiting == 100
+        tg.cancel_scope.cancel()  # as when their clients leave
+    assert registry.waiting == 0
+
+
+async def test_no_plan_in_time_is_not_found_and_forgotten() -> None:
+    registry = TaskRegistry(WorkerConfig(plan_wait_timeout=0.01))
+    with pytest.raises(NotFound, match=r"no plan for task .* arrived within 0\.01s"):
+        await registry.wait_for(key())
+    assert registry.waiting == 0
+
+
+async def test_a_finished_task_leaves_a_tombstone() -> None:
+    async with tasks() as (registry, tg):
+        task = new_task(tg, key())
+        registry.add(task)
+        registry.remove(task, "finished")
+        with pytest.raises(NotFound, match="is no longer on this worker: finished"):
+            await registry.wait_for(key())
+
+
+async def test_capacity_and_duplicate_plans_are_refused() -> None:
+    async with tasks() as (registry, tg):
+        registry.add(new_task(tg, key(0)))
+        with pytest.raises(ResourceExhausted, match="already has a plan"):
+            registry.add(new_task(tg, key(0)))
+        registry.add(new_task(tg, key(1)))
+        with pytest.raises(ResourceExhausted, match="runs 2 tasks, the limit is 2"):
+            registry.check_capacity(key(2))
+        assert sorted(registry.keys()) == [key(0), key(1)]
