@@ -1,0 +1,61 @@
+"""Errors reach the caller of a query over real gRPC as they were raised, saying which part
+failed and where, with the original exception's class."""
+
+from __future__ import annotations
+
+import pytest
+
+from flightfeed.coordinator import Coordinator, StaticWorkerResolver
+from flightfeed.errors import ExecutionError, PlanDecodeError
+from flightfeed.examples.chunk_scan import (
+    RemoteScan,
+    RemoteScanEstimator,
+    chunk_coordinator_session,
+    chunk_feed_registry,
+    scan,
+)
+from flightfeed.plan import Coalesce
+from flightfeed.session import Session, WorkerQueryContext
+from flightfeed.testing import start_workers, wait_for_no_tasks
+
+pytestmark = pytest.mark.anyio
+
+
+def coordinator(url: str) -> Coordinator:
+    return Coordinator(
+        StaticWorkerResolver([url]),
+        session=chunk_coordinator_session(),
+        feed_registry=chunk_feed_registry(),
+        task_estimators={RemoteScan.name: RemoteScanEstimator()},
+    )
+
+
+async def failing_builder(ctx: WorkerQueryContext) -> Session:
+    return ctx.builder.build() if ctx.headers.get("x-ok") else {}["XYZ"]  # KeyError('XYZ')
+
+
+async def test_a_session_builder_error_names_the_builder_and_keeps_its_class() -> None:
+    async with start_workers(1, session_builder=failing_builder) as (worker,):
+        async with coordinator(worker.location) as c:
+            with pytest.raises(ExecutionError) as info:
+                await c.collect(Coalesce(scan(1, "3", "2")))
+        await wait_for_no_tasks([worker])
+    error = info.value
+    assert error.message == "session builder failed: 'XYZ'"
+    assert error.error_type == "KeyError"
+    assert error.origin is not None
+    assert error.origin.component == "session builder"
+    assert error.origin.worker_url == worker.location
+    assert error.origin.query_id
+
+
+async def test_a_plan_the_worker_cannot_decode_says_so_and_where() -> None:
+    async with start_workers(1) as (worker,):  # its sessions do not know RemoteScan
+        async with coordinator(worker.location) as c:
+            with pytest.raises(PlanDecodeError) as info:
+                await c.collect(Coalesce(scan(1, "3", "2")))
+    error = info.value
+    assert error.message.startswith("plan decode failed: unknown plan node kind 'RemoteScan'")
+    assert "register a codec in the session builder" in error.message
+    assert error.origin is not None
+    assert (error.origin.component, error.origin.worker_url) == ("plan decode", worker.location)
