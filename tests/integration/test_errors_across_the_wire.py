@@ -50,10 +50,10 @@ async def test_a_session_builder_error_names_the_builder_and_keeps_its_class() -
 
 
 async def test_a_plan_the_worker_cannot_decode_says_so_and_where() -> None:
-    async with start_workers(1) as (worker,):  # its sessions do not know RemoteScan
-        async with coordinator(worker.location) as c:
-            with pytest.raises(PlanDecodeError) as info:
-                await c.collect(Coalesce(scan(1, "3", "2")))
+    # The worker's sessions do not know RemoteScan.
+    async with start_workers(1) as (worker,), coordinator(worker.location) as c:
+        with pytest.raises(PlanDecodeError) as info:
+            await c.collect(Coalesce(scan(1, "3", "2")))
     error = info.value
     assert error.message.startswith("plan decode failed: unknown plan node kind 'RemoteScan'")
     assert "register a codec in the session builder" in error.message
