@@ -31,7 +31,8 @@ def coordinator(url: str) -> Coordinator:
 
 
 async def failing_builder(ctx: WorkerQueryContext) -> Session:
-    return ctx.builder.build() if ctx.headers.get("x-ok") else {}["XYZ"]  # KeyError('XYZ')
+    settings: dict[str, Session] = {}
+    return settings["XYZ"]  # a user's bug: KeyError('XYZ')
 
 
 async def test_a_session_builder_error_names_the_builder_and_keeps_its_class() -> None:
