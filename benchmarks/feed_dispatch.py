@@ -7,8 +7,9 @@ row at the end, so the measurement is the feed path itself: provider pulls, cred
 packing into WorkUnitBatches, the CoordinatorChannel over loopback gRPC, delivery into the
 inbox, credit grants back. Time runs from the query's start to its last row.
 
-The nodes, codec and session builder below are also what the worker process imports (via
-`--session-builder feed_dispatch:worker_session`), and feed_isolation.py reuses them.
+The plan is the shared test node (flightfeed.testing.feeds: UnitProvider with one constant
+body, UnitScan counting each partition), which the worker process decodes through
+`--session-builder flightfeed.testing.feeds:unit_session_builder`; feed_isolation.py reuses it.
 
 Run: python benchmarks/feed_dispatch.py [--units 1000000] [--rounds 3] [--partitions 4]
 """
@@ -16,125 +17,43 @@ Run: python benchmarks/feed_dispatch.py [--units 1000000] [--rounds 3] [--partit
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import struct
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-
-import anyio
-import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import median, result_line
 
-from flightfeed._generated.flightfeed.v1 import WorkUnitFeedProto
 from flightfeed.coordinator import Coordinator, StaticWorkerResolver
-from flightfeed.errors import InvalidArgument, PlanDecodeError
-from flightfeed.feeds import FeedRegistry, WorkUnitFeed
-from flightfeed.plan import Coalesce, DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
-from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
+from flightfeed.plan import Coalesce
+from flightfeed.testing.feeds import COUNT_AT_END, UnitProvider, unit_coordinator_options, unit_scan
 
 TARGET = 250_000
 BODY = b"unit-0123456789a"  # 16 bytes: a small descriptor, such as an offset or a key
-SCHEMA = pa.schema([("partition", pa.int64()), ("units", pa.int64())])
-NO_STALL = 0xFFFFFFFF
-
-
-@dataclass
-class UnitsProvider:
-    """Partition p yields `counts[p]` copies of BODY, as fast as a provider can."""
-
-    counts: Sequence[int]
-    unit_type: type[bytes] = bytes
-
-    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[bytes]:
-        body = BODY
-        for _ in range(self.counts[partition]):
-            yield body
-
-
-class CountScan(PlanNodeBase):
-    """Counts each partition's units and emits (partition, units) at its end. The partition
-    `stall` never reads its feed (it waits until the task is cancelled)."""
-
-    name = "BenchCountScan"
-
-    def __init__(self, feed: WorkUnitFeed[bytes], partitions: int, stall: int = NO_STALL) -> None:
-        self.feed = feed
-        self.partitions = partitions
-        self.stall = stall
-
-    @property
-    def schema(self) -> pa.Schema:
-        return SCHEMA
-
-    @property
-    def output_partitions(self) -> int:
-        return self.partitions
-
-    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
-        if partition == self.stall:
-            await anyio.sleep_forever()
-        units = 0
-        async for _ in self.feed.feed(partition, ctx):
-            units += 1
-        yield pa.record_batch([pa.array([partition]), pa.array([units])], schema=SCHEMA)
-
-
-class CountScanCodec:
-    kinds = (CountScan.name,)
-
-    def encode(self, node: ExecutionPlan, /) -> bytes:
-        if not isinstance(node, CountScan):
-            raise InvalidArgument(f"CountScanCodec cannot encode {node.name}")
-        return struct.pack("<II", node.partitions, node.stall) + bytes(node.feed.to_proto())
-
-    def decode(
-        self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
-    ) -> ExecutionPlan:
-        if len(payload) < 8 or children:
-            raise PlanDecodeError("bad BenchCountScan payload")
-        partitions, stall = struct.unpack_from("<II", payload)
-        feed = WorkUnitFeed.from_proto(WorkUnitFeedProto.parse(payload[8:]), bytes)
-        return CountScan(feed, partitions, stall)
-
-
-async def worker_session(ctx: WorkerQueryContext) -> Session:
-    """The worker process's session builder: it must decode CountScan."""
-    return ctx.builder.with_codec(CountScanCodec()).build()
 
 
 def coordinator(url: str) -> Coordinator:
-    registry = FeedRegistry()
-    registry.register(CountScan, lambda node: node.feed)
-    session = SessionStateBuilder().with_codec(CountScanCodec()).build()
-    return Coordinator(StaticWorkerResolver([url]), session=session, feed_registry=registry)
+    return Coordinator(StaticWorkerResolver([url]), **unit_coordinator_options())
 
 
-def count_plan(counts: Sequence[int], stall: int = NO_STALL) -> Coalesce:
-    """One task (no estimator), one feed partition per count."""
-    return Coalesce(CountScan(WorkUnitFeed.new(UnitsProvider(counts)), len(counts), stall))
+def count_plan(counts: Sequence[int], stall: int | None = None) -> Coalesce:
+    """One task, one feed partition per count; each partition reports its count at its end.
+    The partition `stall` never reads its feed (it waits until the task is cancelled)."""
+    provider = UnitProvider(counts, body=BODY)
+    stalled = frozenset() if stall is None else frozenset({stall})
+    return Coalesce(unit_scan(provider, every=COUNT_AT_END, stalled=stalled))
 
 
 @contextmanager
 def worker_process() -> Iterator[str]:
-    """A `flightfeed worker --port 0` in its own process that knows CountScan; yields its URL."""
-    here = str(Path(__file__).resolve().parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    """A `flightfeed worker --port 0` in its own process that knows UnitScan; yields its URL."""
     command = [sys.executable, "-m", "flightfeed.cli", "--log-level", "WARNING", "worker"]
-    command += ["--port", "0", "--session-builder", "feed_dispatch:worker_session"]
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    command += ["--port", "0", "--session-builder", "flightfeed.testing.feeds:unit_session_builder"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

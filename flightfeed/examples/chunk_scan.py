@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 import anyio
+import numpy as np
 import pyarrow as pa
 
 from .._generated.flightfeed.v1 import OutputRows, WorkUnitFeedProto
@@ -73,11 +74,12 @@ class RemoteScan(PlanNodeBase):
             partition, self.partitions, self.total_partitions, ctx
         )
         task = global_partition // max(1, self.total_partitions // self.task_count)
+        task_value = pa.scalar(task, pa.int64())
+        partition_value = pa.scalar(global_partition, pa.int64())
         async for chunk in self.feed.feed(partition, ctx):
-            n = chunk.value
+            n = chunk.value  # n rows of two constants: built by Arrow, not row by row
             yield pa.record_batch(
-                [pa.array([task] * n, pa.int64()), pa.array([global_partition] * n, pa.int64())],
-                schema=SCAN_SCHEMA,
+                [pa.repeat(task_value, n), pa.repeat(partition_value, n)], schema=SCAN_SCHEMA
             )
 
     def __repr__(self) -> str:
@@ -146,11 +148,9 @@ def scan_rows(task_count: int, *partitions: str) -> pa.Table:
     """What `scan(...)` yields, computed directly: (task, partition) per row."""
     chunks = [parse_chunks(spec) for spec in partitions]
     per_task = len(chunks) // task_count
-    rows = [(p // per_task, p) for p, sizes in enumerate(chunks) for _ in range(sum(sizes))]
-    return pa.table(
-        [pa.array([r[0] for r in rows], pa.int64()), pa.array([r[1] for r in rows], pa.int64())],
-        schema=SCAN_SCHEMA,
-    )
+    rows_per_partition = np.array([sum(sizes) for sizes in chunks], dtype=np.int64)
+    partition = np.repeat(np.arange(len(chunks), dtype=np.int64), rows_per_partition)
+    return pa.table([pa.array(partition // per_task), pa.array(partition)], schema=SCAN_SCHEMA)
 
 
 def to_global_partition(partition: int, partitions: int, total: int, ctx: TaskContext) -> int:

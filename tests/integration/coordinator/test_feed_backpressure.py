@@ -9,7 +9,7 @@ from collections import Counter
 import anyio
 import pyarrow as pa
 import pytest
-from helpers.feed_scan import BytesProvider, ProbeScanEstimator, feed_cluster, probe, probe_scan
+from helpers.feed_scan import UnitProvider, UnitScanEstimator, feed_cluster, probe, unit_scan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,8 +29,8 @@ async def test_an_unread_partition_stops_its_provider_while_the_others_finish() 
     credits, per_partition, stalled = 8, 300, 2
     with probe() as found:
         gate = found.gates[stalled] = anyio.Event()
-        provider = BytesProvider([per_partition] * 4, probe=found)
-        scan = probe_scan(provider, found)
+        provider = UnitProvider([per_partition] * 4, probe=found)
+        scan = unit_scan(provider, probe=found)
         async with (
             feed_cluster(1, config=WorkerConfig(feed_credits=credits)) as (coordinator, _),
             coordinator.execute(Coalesce(scan)) as stream,
@@ -61,8 +61,8 @@ async def test_an_unread_partition_stops_its_provider_while_the_others_finish() 
 async def test_a_huge_feed_with_a_slow_consumer_stays_bounded_by_the_credits() -> None:
     credits, partitions, enough, log_limit = 64, 2, 200_000, 10_000
     with probe(delays={p: [1] for p in range(partitions)}) as found:
-        provider = BytesProvider([10_000_000] * partitions, probe=found)
-        scan = probe_scan(provider, found, every=5_000)
+        provider = UnitProvider([10_000_000] * partitions, probe=found)
+        scan = unit_scan(provider, probe=found, every=5_000)
         async with feed_cluster(  # delivery log on, capped: coordinator memory stays bounded
             1, config=WorkerConfig(feed_credits=credits), delivery_log_limit=log_limit
         ) as (coordinator, workers):
@@ -113,12 +113,12 @@ async def test_every_unit_arrives_once_in_order_per_partition(
     producer = {p: [rng.randrange(3) for _ in range(7)] for p in range(len(counts))}
     consumer = {p: [rng.randrange(3) for _ in range(5)] for p in range(len(counts))}
     with probe(delays=consumer) as found:
-        provider = BytesProvider(counts, probe=found, delays=producer)
-        scan = probe_scan(provider, found)
+        provider = UnitProvider(counts, probe=found, delays=producer)
+        scan = unit_scan(provider, probe=found)
         async with feed_cluster(
             2,
             config=WorkerConfig(feed_credits=credits),
-            task_estimators={"ProbeScan": ProbeScanEstimator(tasks)},
+            task_estimators={"UnitScan": UnitScanEstimator(tasks)},
             feed_batch_units=rng.choice([1, 3, 256]),
         ) as (coordinator, _):
             result = await coordinator.collect(Coalesce(scan))

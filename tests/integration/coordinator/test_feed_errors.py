@@ -7,15 +7,15 @@ import uuid
 import anyio
 import pytest
 from helpers.feed_scan import (
-    BytesProvider,
     Probe,
-    ProbeScanCodec,
-    ProbeScanEstimator,
+    UnitProvider,
+    UnitScanCodec,
+    UnitScanEstimator,
     coordinator_options,
     feed_cluster,
     feed_session_builder,
     probe,
-    probe_scan,
+    unit_scan,
 )
 from helpers.worker_plans import none_request
 
@@ -40,9 +40,9 @@ pytestmark = pytest.mark.anyio
 @pytest.mark.parametrize("at_unit", [0, 37])
 async def test_a_provider_error_reaches_the_caller_with_its_message(at_unit: int) -> None:
     with probe() as found:
-        provider = BytesProvider([100] * 4, probe=found, fail_at={2: (at_unit, "page 7 expired")})
-        plan = Coalesce(probe_scan(provider, found))
-        async with feed_cluster(2, task_estimators={"ProbeScan": ProbeScanEstimator(2)}) as (
+        provider = UnitProvider([100] * 4, probe=found, fail_at={2: (at_unit, "page 7 expired")})
+        plan = Coalesce(unit_scan(provider, probe=found))
+        async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
             coordinator,
             workers,
         ):
@@ -68,9 +68,9 @@ async def test_a_feed_the_planner_cannot_find_fails_on_the_worker_not_silently()
     # The node's kind has an estimator, so it is distributed, but nobody registered its feed:
     # no partition is declared, and the worker's remote feed says so.
     with probe() as found:
-        plan = Coalesce(probe_scan(BytesProvider([5, 5]), found))
+        plan = Coalesce(unit_scan(UnitProvider([5, 5]), probe=found))
         async with feed_cluster(
-            1, feed_registry=FeedRegistry(), task_estimators={"ProbeScan": ProbeScanEstimator()}
+            1, feed_registry=FeedRegistry(), task_estimators={"UnitScan": UnitScanEstimator()}
         ) as (coordinator, workers):
             with anyio.fail_after(10), pytest.raises(FeedError, match="no feed inbox"):
                 await coordinator.collect(plan)
@@ -80,8 +80,8 @@ async def test_a_feed_the_planner_cannot_find_fails_on_the_worker_not_silently()
 
 def declared_feed_plan(key: TaskKey, found: Probe) -> SetPlanRequest:
     """A task that declares a feed for its two partitions, which nobody will ever feed."""
-    node = probe_scan(BytesProvider([1, 1]), found)
-    codecs = CodecRegistry.builtin().with_codec(ProbeScanCodec())
+    node = unit_scan(UnitProvider([1, 1]), probe=found)
+    codecs = CodecRegistry.builtin().with_codec(UnitScanCodec())
     return SetPlanRequest(
         task_key=key,
         task_count=1,
@@ -144,8 +144,8 @@ async def test_a_worker_that_vanishes_mid_feed_fails_the_query_and_frees_its_tas
     # the caller and into cancelled tasks on the worker.
     fast = KeepalivePolicy(interval=0.05, timeout=0.3)
     with probe(delays={0: [1], 1: [1]}) as found:
-        provider = BytesProvider([10_000_000] * 2, probe=found)
-        plan = Coalesce(probe_scan(provider, found, every=1_000))
+        provider = UnitProvider([10_000_000] * 2, probe=found)
+        plan = Coalesce(unit_scan(provider, probe=found, every=1_000))
         channels = ChannelResolver(keepalive=fast)
         async with (
             start_workers(
@@ -155,7 +155,7 @@ async def test_a_worker_that_vanishes_mid_feed_fails_the_query_and_frees_its_tas
             Coordinator(
                 StaticWorkerResolver([proxy.location]),
                 **coordinator_options(
-                    task_estimators={"ProbeScan": ProbeScanEstimator()}, channels=channels
+                    task_estimators={"UnitScan": UnitScanEstimator()}, channels=channels
                 ),
             ) as coordinator,
         ):
@@ -186,7 +186,7 @@ async def test_a_worker_of_another_version_is_refused() -> None:
     async with start_workers(1) as (worker,):
         channels = ChannelResolver(expected_version="0.0.0-elsewhere")
         with probe() as found:
-            plan = Coalesce(probe_scan(BytesProvider([1]), found))
+            plan = Coalesce(unit_scan(UnitProvider([1]), probe=found))
             async with Coordinator(
                 StaticWorkerResolver([worker.location]), **coordinator_options(channels=channels)
             ) as coordinator:

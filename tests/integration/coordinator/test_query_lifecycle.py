@@ -9,15 +9,15 @@ import anyio
 import pyarrow as pa
 import pytest
 from helpers.feed_scan import (
-    BytesProvider,
-    ProbeScanEstimator,
+    UnitProvider,
+    UnitScanEstimator,
     coordinator_options,
     feed_cluster,
     feed_session_builder,
     probe,
-    probe_scan,
     scan,
     scan_rows,
+    unit_scan,
 )
 
 from flightfeed.coordinator import Coordinator, StaticWorkerResolver
@@ -28,15 +28,15 @@ from flightfeed.testing import start_workers, tcp_proxy, wait_for_no_tasks
 pytestmark = pytest.mark.anyio
 
 
-def long_scan(provider: BytesProvider) -> Coalesce:
+def long_scan(provider: UnitProvider) -> Coalesce:
     assert provider.probe is not None
-    return Coalesce(probe_scan(provider, provider.probe, every=100))
+    return Coalesce(unit_scan(provider, probe=provider.probe, every=100))
 
 
 async def test_leaving_the_loop_early_drops_every_task_on_every_worker() -> None:
     with probe() as found:
-        provider = BytesProvider([1_000_000] * 4, probe=found)
-        async with feed_cluster(2, task_estimators={"ProbeScan": ProbeScanEstimator(2)}) as (
+        provider = UnitProvider([1_000_000] * 4, probe=found)
+        async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
             coordinator,
             workers,
         ):
@@ -59,7 +59,7 @@ async def test_leaving_the_loop_early_drops_every_task_on_every_worker() -> None
 
 async def test_cancelling_the_consumer_cancels_the_query_even_with_a_stuck_provider() -> None:
     with probe() as found:
-        provider = BytesProvider([1_000_000, 5], probe=found, hang={0})
+        provider = UnitProvider([1_000_000, 5], probe=found, hang={0})
         async with feed_cluster(1) as (coordinator, workers):
             with anyio.CancelScope() as scope:
                 async with coordinator.execute(long_scan(provider)) as stream:
@@ -100,12 +100,12 @@ async def test_queries_share_one_connection_per_worker_and_run_concurrently() ->
 async def test_metrics_give_units_sent_and_received_and_latency_per_partition() -> None:
     counts = [40, 0, 25, 7]
     with probe() as found:
-        provider = BytesProvider(counts, probe=found)
-        source = probe_scan(provider, found)
+        provider = UnitProvider(counts, probe=found)
+        source = unit_scan(provider, probe=found)
         plan = HashAggregate(
             Coalesce(source), [(col("partition"), "partition")], [agg("count", name="n")]
         )
-        async with feed_cluster(2, task_estimators={"ProbeScan": ProbeScanEstimator(2)}) as (
+        async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
             coordinator,
             workers,
         ):
@@ -146,7 +146,7 @@ async def test_metrics_give_units_sent_and_received_and_latency_per_partition() 
 
 async def test_closing_the_coordinator_cancels_its_queries_loudly() -> None:
     with probe() as found:
-        provider = BytesProvider([1_000_000], probe=found)
+        provider = UnitProvider([1_000_000], probe=found)
         async with start_workers(1, session_builder=feed_session_builder) as workers:
             resolver = StaticWorkerResolver([workers[0].location])
             async with Coordinator(resolver, **coordinator_options()) as coordinator:

@@ -1,4 +1,4 @@
-"""A dispatcher wired to an inbox through an in-memory channel, as CoordinatorChannel will be.
+"""A dispatcher wired to an inbox through an in-memory channel, as a CoordinatorChannel is.
 
 Batches go one way and credits the other, both through bounded memory streams and both as
 serialized CoordinatorToWorkerMsg / WorkerToCoordinatorMsg bytes, so the wire form is exercised.
@@ -21,63 +21,11 @@ from flightfeed._generated.flightfeed.v1 import (
 )
 from flightfeed.feeds import FeedAssignment, FeedDispatcher, FeedInbox
 from flightfeed.plan import BUILTINS, TaskContext
+from flightfeed.testing.feeds import Waiters
 
 
 def task_context() -> TaskContext:
     return TaskContext(session=BUILTINS)
-
-
-@dataclass
-class ListProvider:
-    """Partition p yields `units[p]` (bytes or messages); counts every unit handed out."""
-
-    units: list[list[Any]]
-    unit_type: type[Any] = bytes
-    pulls: list[int] = field(default_factory=list)
-    closed: list[int] = field(default_factory=list)
-    fail_at: dict[int, tuple[int, str]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.pulls = [0] * len(self.units)
-
-    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[Any]:
-        try:
-            for i, unit in enumerate(self.units[partition]):
-                failure = self.fail_at.get(partition)
-                if failure is not None and failure[0] == i:
-                    raise RuntimeError(failure[1])
-                self.pulls[partition] += 1
-                yield unit
-            failure = self.fail_at.get(partition)
-            if failure is not None and failure[0] >= len(self.units[partition]):
-                raise RuntimeError(failure[1])
-        finally:
-            self.closed.append(partition)
-
-    def metrics(self) -> dict[str, int]:
-        return {"pulls": sum(self.pulls)}
-
-
-@dataclass
-class CountingProvider:
-    """Partition p yields `counts[p]` units b"<p>:<i>", generated lazily (for huge feeds)."""
-
-    counts: list[int]
-    unit_type: type[bytes] = bytes
-    pulls: list[int] = field(default_factory=list)
-    closed: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.pulls = [0] * len(self.counts)
-
-    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[bytes]:
-        prefix = f"{partition}:".encode()
-        try:
-            for i in range(self.counts[partition]):
-                self.pulls[partition] += 1
-                yield prefix + str(i).encode()
-        finally:
-            self.closed.append(partition)
 
 
 @dataclass
@@ -88,21 +36,8 @@ class Link:
     batches: list[int] = field(default_factory=list)
     """Units per delivered batch."""
     observe: Callable[[FeedInbox], None] | None = None
-    _waiters: list[tuple[Callable[[], bool], anyio.Event]] = field(default_factory=list)
-
-    async def until(self, predicate: Callable[[], bool]) -> None:
-        """Wait until `predicate()` holds; re-checked after every delivery and every grant."""
-        if predicate():
-            return
-        event = anyio.Event()
-        self._waiters.append((predicate, event))
-        await event.wait()
-
-    def check(self) -> None:
-        for waiter in list(self._waiters):
-            if waiter[0]():
-                waiter[1].set()
-                self._waiters.remove(waiter)
+    waiters: Waiters = field(default_factory=Waiters)
+    """Re-checked after every delivery and every grant."""
 
 
 @asynccontextmanager
@@ -138,7 +73,7 @@ async def feed_link(
                     inbox.deliver(batch)
                     if link.observe is not None:
                         link.observe(inbox)
-                    link.check()
+                    link.waiters.check()
 
         async def worker_credits() -> None:
             async with to_coord_send:
@@ -149,7 +84,7 @@ async def feed_link(
             async with to_coord_recv:
                 async for raw in to_coord_recv:
                     dispatcher.grant(WorkerToCoordinatorMsg.parse(raw).feed_credits)
-                    link.check()
+                    link.waiters.check()
 
         tg.start_soon(worker_receive)
         tg.start_soon(worker_credits)

@@ -12,32 +12,11 @@ from flightfeed.errors import FeedError, InvalidArgument
 from flightfeed.feeds import FEED_INBOX_KEY, FeedInbox, FeedRegistry, WorkUnitFeed
 from flightfeed.plan import Coalesce, ExecutionPlan, MetricsRegistry, PlanNodeBase, instrument
 from flightfeed.plan.base import TaskContext, expect_children
+from flightfeed.testing.feeds import UnitProvider, UnitScan
 
-from .harness import ListProvider, task_context
+from .harness import task_context
 
 SCHEMA = pa.schema([("n", pa.int64())])
-
-
-class FeedScan(PlanNodeBase):
-    """A user leaf node holding a feed."""
-
-    name = "FeedScan"
-
-    def __init__(self, feed: WorkUnitFeed[bytes] | None) -> None:
-        self.feed = feed
-
-    @property
-    def schema(self) -> pa.Schema:
-        return SCHEMA
-
-    @property
-    def output_partitions(self) -> int:
-        return 1
-
-    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
-        assert self.feed is not None
-        async for body in self.feed.feed(partition, ctx):
-            yield pa.record_batch([pa.array([len(body)])], schema=SCHEMA)
 
 
 class Pair(PlanNodeBase):
@@ -69,7 +48,7 @@ class Pair(PlanNodeBase):
 
 
 def test_a_new_feed_is_local_and_its_proto_form_is_only_the_id() -> None:
-    provider = ListProvider([[b"a"]])
+    provider = UnitProvider(units=[[b"a"]])
     feed = WorkUnitFeed.new(provider)
     other = WorkUnitFeed.new(provider)
     assert len(feed.id) == 16
@@ -120,15 +99,17 @@ async def test_a_local_feed_decodes_pre_encoded_units() -> None:
 
 
 def test_the_registry_finds_feeds_through_wrappers_in_pre_order() -> None:
-    first = WorkUnitFeed.new(ListProvider([[]]))
-    second = WorkUnitFeed.new(ListProvider([[]]))
-    left, right = FeedScan(first), FeedScan(second)
-    plan = instrument(Coalesce(Pair(left, Pair(FeedScan(None), right))), MetricsRegistry())
+    first = WorkUnitFeed.new(UnitProvider(units=[[]]))
+    second = WorkUnitFeed.new(UnitProvider(units=[[]]))
+    unread = WorkUnitFeed.new(UnitProvider(units=[[]]))
+    left, right, middle = UnitScan(first, 1), UnitScan(second, 1), UnitScan(unread, 1, every=0)
+    plan = instrument(Coalesce(Pair(left, Pair(middle, right))), MetricsRegistry())
     registry = FeedRegistry()
     assert registry.feeds_in(plan) == []
-    registry.register(FeedScan, lambda node: node.feed)
+    # A getter may say a node has no feed (here: the counting scans).
+    registry.register(UnitScan, lambda node: node.feed if node.every else None)
     assert registry.feeds_in(plan) == [(left, first), (right, second)]
     with pytest.raises(InvalidArgument, match="already"):
-        registry.register(FeedScan, lambda node: None)
-    registry.register(FeedScan, lambda node: None, replace=True)
+        registry.register(UnitScan, lambda node: None)
+    registry.register(UnitScan, lambda node: None, replace=True)
     assert registry.feeds_in(plan) == []

@@ -19,8 +19,9 @@ from flightfeed.feeds import (
     FeedInbox,
     WorkUnitFeed,
 )
+from flightfeed.testing.feeds import UnitProvider
 
-from .harness import CountingProvider, ListProvider, feed_link, task_context
+from .harness import feed_link, task_context
 
 pytestmark = pytest.mark.anyio
 
@@ -61,8 +62,8 @@ async def test_every_unit_arrives_once_in_order_per_partition(
     packed: bool,
     seed: int,
 ) -> None:
-    provider_a = ListProvider([bodies("a", p, n) for p, n in enumerate(counts_a)])
-    provider_b = ListProvider([bodies("b", p, n) for p, n in enumerate(counts_b)])
+    provider_a = UnitProvider(units=[bodies("a", p, n) for p, n in enumerate(counts_a)])
+    provider_b = UnitProvider(units=[bodies("b", p, n) for p, n in enumerate(counts_b)])
     # Task-local partition i of feed A is the provider's global partition order_a[i].
     order_a = list(range(len(counts_a)))
     random.Random(seed).shuffle(order_a)
@@ -108,7 +109,7 @@ async def test_every_unit_arrives_once_in_order_per_partition(
 
 async def test_an_unread_partition_stops_its_provider_at_exactly_its_credits() -> None:
     credits = 16
-    provider = ListProvider([bodies("a", p, 500) for p in range(3)])
+    provider = UnitProvider(units=[bodies("a", p, 500) for p in range(3)])
     async with feed_link({A: FeedAssignment(provider, [0, 1, 2])}, credits=credits) as link:
         async with anyio.create_task_group() as tg:
             for partition in (0, 2):
@@ -117,7 +118,7 @@ async def test_an_unread_partition_stops_its_provider_at_exactly_its_credits() -
                     assert len([b async for b in link.inbox.bodies(A, partition)]) == 500
 
                 tg.start_soon(read_all)
-        await link.until(lambda: link.inbox.partition_metrics(A, 1).buffered == credits)
+        await link.waiters.until(lambda: link.inbox.partition_metrics(A, 1).buffered == credits)
         # Partitions 0 and 2 finished at full speed; partition 1 holds its window and no more.
         assert provider.pulls == [500, credits, 500]
         assert sorted(provider.closed) == [0, 2]
@@ -126,7 +127,7 @@ async def test_an_unread_partition_stops_its_provider_at_exactly_its_credits() -
 
 async def test_memory_stays_bounded_with_a_huge_provider_and_a_slow_consumer() -> None:
     credits, partitions, reads = 32, 2, 3000
-    provider = CountingProvider([1_000_000] * partitions)
+    provider = UnitProvider([1_000_000] * partitions)
     peak = 0
 
     def observe(inbox: FeedInbox) -> None:
@@ -158,8 +159,8 @@ async def test_memory_stays_bounded_with_a_huge_provider_and_a_slow_consumer() -
 
 
 async def test_a_provider_error_reaches_only_its_partition_with_its_message() -> None:
-    provider = ListProvider(
-        [bodies("a", p, 20) for p in range(3)], fail_at={1: (5, "upstream page 6 missing")}
+    provider = UnitProvider(
+        units=[bodies("a", p, 20) for p in range(3)], fail_at={1: (5, "upstream page 6 missing")}
     )
     results: dict[int, list[bytes] | str] = {}
     async with feed_link({A: FeedAssignment(provider, [0, 1, 2])}, credits=4) as link:
@@ -186,9 +187,9 @@ async def test_a_provider_error_reaches_only_its_partition_with_its_message() ->
 
 async def test_replay_returns_exactly_the_units_delivered() -> None:
     credits = 8
-    provider = ListProvider([bodies("a", 0, 20)])
+    provider = UnitProvider(units=[bodies("a", 0, 20)])
     async with feed_link({A: FeedAssignment(provider, [0])}, credits=credits) as link:
-        await link.until(lambda: link.inbox.buffered_units == credits)
+        await link.waiters.until(lambda: link.inbox.buffered_units == credits)
         replayed = link.dispatcher.replay(A, 0)
         stream = link.inbox.units(A, 0)
         delivered = [await anext(stream) for _ in range(credits)]
@@ -200,19 +201,19 @@ async def test_replay_returns_exactly_the_units_delivered() -> None:
         assert [u.body for u in delivered] + rest == bodies("a", 0, 20)
         assert [u.body for u in link.dispatcher.replay(A, 0)] == bodies("a", 0, 20)
         # The worker's finish acknowledges the end: the log is released.
-        await link.until(lambda: link.dispatcher.metrics()[(A, 0)].finished)
+        await link.waiters.until(lambda: link.dispatcher.metrics()[(A, 0)].finished)
         with pytest.raises(FeedError, match="no delivery log"):
             link.dispatcher.replay(A, 0)
 
 
 async def test_a_consumer_that_stops_early_stops_its_provider() -> None:
-    provider = CountingProvider([1_000_000])
+    provider = UnitProvider([1_000_000])
     async with feed_link({A: FeedAssignment(provider, [0])}, credits=4) as link:
         stream = link.inbox.bodies(A, 0)
         assert await anext(stream) == b"0:0"
         await stream.aclose()  # type: ignore[attr-defined]
-        await link.until(lambda: link.dispatcher.metrics()[(A, 0)].finished)
-        await link.until(lambda: provider.closed == [0])
+        await link.waiters.until(lambda: link.dispatcher.metrics()[(A, 0)].finished)
+        await link.waiters.until(lambda: provider.closed == [0])
     assert provider.pulls[0] <= 1 + 4
 
 
@@ -240,7 +241,7 @@ async def test_remote_feed_decodes_messages_and_raw_bytes_from_providers() -> No
 
 async def test_batches_respect_the_byte_bound_and_oversized_units_go_alone() -> None:
     units = [b"x" * 100] * 6 + [b"y" * 1000] + [b"z" * 10] * 3
-    provider = ListProvider([units])
+    provider = UnitProvider(units=[units])
     sizes: list[list[int]] = []
 
     async def send(batch: WorkUnitBatch) -> None:
@@ -265,7 +266,7 @@ async def test_batches_respect_the_byte_bound_and_oversized_units_go_alone() -> 
 
 
 async def test_cancel_stops_pull_loops_and_closes_providers() -> None:
-    provider = CountingProvider([10, 10])
+    provider = UnitProvider([10, 10])
     sending = anyio.Event()
 
     async def send(batch: WorkUnitBatch) -> None:
@@ -285,7 +286,7 @@ async def test_cancel_stops_pull_loops_and_closes_providers() -> None:
 
 
 async def test_partition_done_releases_the_log_and_unknown_credit_is_an_error() -> None:
-    provider = CountingProvider([3])
+    provider = UnitProvider([3])
     batches: list[WorkUnitBatch] = []
 
     async def send(batch: WorkUnitBatch) -> None:

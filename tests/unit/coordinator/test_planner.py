@@ -10,15 +10,15 @@ import pytest
 from helpers.feed_scan import (
     ESTIMATORS,
     SCAN_SCHEMA,
-    BytesProvider,
-    ProbeScan,
-    ProbeScanEstimator,
     RemoteScan,
+    UnitProvider,
+    UnitScan,
+    UnitScanEstimator,
     coordinator_options,
     feed_registry,
     probe,
-    probe_scan,
     scan,
+    unit_scan,
 )
 
 from flightfeed.coordinator import (
@@ -87,20 +87,20 @@ def test_the_lowest_coalesce_is_the_boundary_and_what_needs_all_rows_stays_local
     ],
 )
 def test_task_count(estimation: TaskEstimation, workers: int, partitions: int, tasks: int) -> None:
-    class Fixed(ProbeScanEstimator):
+    class Fixed(UnitScanEstimator):
         def task_estimation(self, plan: ExecutionPlan, /) -> TaskEstimation | None:
             return estimation
 
     with probe() as found:
-        plan = Coalesce(probe_scan(BytesProvider([1] * partitions), found))
-        (stage,) = planner({ProbeScan: Fixed()}).plan(plan, workers).stages
+        plan = Coalesce(unit_scan(UnitProvider([1] * partitions), probe=found))
+        (stage,) = planner({UnitScan: Fixed()}).plan(plan, workers).stages
     assert stage.task_count == tasks
     assert stage.partitions_per_task * tasks == partitions
 
 
 def test_a_feed_leaf_without_an_estimator_runs_as_one_task_with_all_its_partitions() -> None:
     with probe() as found:
-        plan = Coalesce(probe_scan(BytesProvider([1] * 5), found))
+        plan = Coalesce(unit_scan(UnitProvider([1] * 5), probe=found))
         (stage,) = planner({}).plan(plan, workers=3).stages
     assert stage.task_count == 1
     (assignment,) = stage.tasks[0].feeds.values()
@@ -133,23 +133,23 @@ def test_plans_without_distributable_leaves_have_no_stage() -> None:
 
 
 def test_a_scale_up_with_the_wrong_partition_count_is_refused() -> None:
-    class Wrong(ProbeScanEstimator):
+    class Wrong(UnitScanEstimator):
         def scale_up_leaf_node(self, plan: ExecutionPlan, task_count: int, /) -> ExecutionPlan:
-            assert isinstance(plan, ProbeScan)
-            return ProbeScan(plan.feed, 1, plan.total_partitions, plan.probe_name)
+            assert isinstance(plan, UnitScan)
+            return UnitScan(plan.feed, 1, plan.total_partitions, probe_name=plan.probe_name)
 
     with probe() as found:
-        plan = Coalesce(probe_scan(BytesProvider([1] * 4), found))
+        plan = Coalesce(unit_scan(UnitProvider([1] * 4), probe=found))
         with pytest.raises(InvalidArgument, match="must own 2"):
-            planner({ProbeScan: Wrong(2)}).plan(plan, workers=2)
+            planner({UnitScan: Wrong(2)}).plan(plan, workers=2)
 
 
 def test_a_remote_feed_handle_cannot_be_distributed() -> None:
     remote = WorkUnitFeed.from_proto(eight().feed.to_proto(), bytes)
     with probe() as found:
-        plan = Coalesce(ProbeScan(remote, 2, 2, found.name))
+        plan = Coalesce(UnitScan(remote, 2, 2, probe_name=found.name))
         with pytest.raises(InvalidArgument, match="remote handle"):
-            planner({ProbeScan: ProbeScanEstimator()}).plan(plan, workers=1)
+            planner({UnitScan: UnitScanEstimator()}).plan(plan, workers=1)
 
 
 @pytest.mark.anyio
