@@ -9,6 +9,7 @@ server raised (class, message, origin).
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from functools import partial
@@ -57,6 +58,9 @@ from .wakeup import forget_wakeup_cancel as _forget
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 SERVICE = "/arrow.flight.protocol.FlightService/"
+_SURFACED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Calls whose error status was already raised where their stream was read, so leaving the
+call does not raise it a second time."""
 Metadata = Mapping[str, str | bytes]
 BatchSource = AsyncIterable[pa.RecordBatch] | AsyncIterable[tuple[pa.RecordBatch, bytes | None]]
 
@@ -101,7 +105,7 @@ def status_error(
 ) -> FlightfeedError:
     """The FlightfeedError for a failed call's status, marked as surfaced so the call's
     exit does not raise it a second time."""
-    stream._flightfeed_status_raised = True  # type: ignore[attr-defined]
+    _SURFACED.add(stream)
     return errors.error(exc.status, exc.message, _trailers(stream))
 
 
@@ -257,7 +261,7 @@ class FlightClient:
                 yield stream
         except (GRPCError, StreamTerminatedError) as exc:
             forget_wakeup_cancel(stream, task, baseline)
-            if getattr(stream, "_flightfeed_status_raised", False):
+            if stream is not None and stream in _SURFACED:
                 return  # the caller already got this status where it read the stream's end
             raise call_error(stream, exc, self.errors) from None
         except (ConnectionError, OSError) as exc:
