@@ -66,10 +66,14 @@ class QueryStream:
     that is left early closes it when the stream is dropped. Either way the query stops.
     """
 
-    def __init__(self, coordinator: Coordinator, plan: ExecutionPlan) -> None:
+    def __init__(
+        self, coordinator: Coordinator, plan: ExecutionPlan, headers: Mapping[str, str]
+    ) -> None:
         self.query_id = uuid.uuid4().bytes
+        self.headers = dict(headers)
+        """The headers every task of this query sends its worker's session builder."""
         self._handle = _Handle()
-        self._batches = coordinator._stream(plan, self.query_id, self._handle)
+        self._batches = coordinator._stream(plan, self.query_id, self._handle, self.headers)
 
     @property
     def metrics(self) -> QueryMetrics | None:
@@ -172,13 +176,18 @@ class Coordinator:
 
     # -- queries ----------------------------------------------------------------------------------
 
-    def execute(self, plan: ExecutionPlan) -> QueryStream:
-        """Run `plan`; iterate the result for its record batches."""
-        return QueryStream(self, plan)
+    def execute(
+        self, plan: ExecutionPlan, *, headers: Mapping[str, str] | None = None
+    ) -> QueryStream:
+        """Run `plan`; iterate the result for its record batches. `headers` go to the workers'
+        session builders with this query's tasks (over the coordinator's own `headers`)."""
+        return QueryStream(self, plan, {**self.headers, **(headers or {})})
 
-    async def collect(self, plan: ExecutionPlan) -> pa.Table:
+    async def collect(
+        self, plan: ExecutionPlan, *, headers: Mapping[str, str] | None = None
+    ) -> pa.Table:
         """Run `plan` and return its whole result."""
-        async with self.execute(plan) as stream:
+        async with self.execute(plan, headers=headers) as stream:
             batches = [batch async for batch in stream]
         return pa.Table.from_batches(batches, schema=plan.schema)
 
@@ -194,11 +203,11 @@ class Coordinator:
         return format_distributed_plan(distributed, assignment)
 
     async def _stream(
-        self, plan: ExecutionPlan, query_id: bytes, handle: _Handle
+        self, plan: ExecutionPlan, query_id: bytes, handle: _Handle, headers: Mapping[str, str]
     ) -> AsyncGenerator[pa.RecordBatch, None]:
         if self._tg is None:
             raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
-        runtime, root = await self._prepare(plan, query_id)
+        runtime, root = await self._prepare(plan, query_id, headers)
         tg = self._tg
         if tg is None:
             raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
@@ -219,13 +228,13 @@ class Coordinator:
                 await runtime.finished.wait()
 
     async def _prepare(
-        self, plan: ExecutionPlan, query_id: bytes
+        self, plan: ExecutionPlan, query_id: bytes, headers: Mapping[str, str]
     ) -> tuple[QueryRuntime, ExecutionPlan]:
         """Plan, assign tasks round-robin and connect (version-checked) to their workers."""
         workers = await self.resolver.workers()
         distributed = self.planner.plan(plan, len(workers))
         metrics = QueryMetrics(query_id)
-        runtime = QueryRuntime(query_id, metrics, headers=self.headers)
+        runtime = QueryRuntime(query_id, metrics, headers=headers)
         if distributed.stages:
             if not workers:
                 raise NotFound("the worker resolver returned no workers for a distributed plan")
@@ -268,7 +277,12 @@ class Coordinator:
                     async with anyio.create_task_group() as tg:
                         for run in runtime.tasks.values():
                             tg.start_soon(
-                                run_task, runtime, run, self.session, self._dispatch, self.headers
+                                run_task,
+                                runtime,
+                                run,
+                                self.session,
+                                self._dispatch,
+                                runtime.headers,
                             )
                         tg.start_soon(self._run_root, runtime, root, send)
                     runtime.completed = runtime.failure is None

@@ -1,0 +1,54 @@
+"""Headers are per query: concurrent queries with different headers each run in sessions
+built from their own headers, never from another query's."""
+
+from __future__ import annotations
+
+import anyio
+import pyarrow as pa
+import pytest
+from helpers.worker_plans import tag_udf
+
+from flightfeed.plan import Coalesce, Projection, call, col
+from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
+from flightfeed.testing import start_cluster
+from flightfeed.testing.feeds import (
+    UnitProvider,
+    UnitScanCodec,
+    unit_coordinator_options,
+    unit_scan,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def tagging_session(ctx: WorkerQueryContext) -> Session:
+    """The `tag` UDF marks every row with this request's `x-tag` header."""
+    builder = ctx.builder.with_codec(UnitScanCodec())
+    return builder.with_scalar_udf(tag_udf(ctx.headers.get("x-tag", "none"))).build()
+
+
+def tagged_plan() -> Coalesce:
+    typing_session = SessionStateBuilder().with_scalar_udf(tag_udf("planning")).build()
+    scan = unit_scan(UnitProvider([50, 50, 50, 50]))
+    tagged = Projection(scan, [call("tag", col("partition"))], ["tagged"], functions=typing_session)
+    return Coalesce(tagged)
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["grpc", "in-process"])
+async def test_concurrent_queries_each_run_with_their_own_headers(in_process: bool) -> None:
+    results: dict[str, pa.Table] = {}
+    async with start_cluster(
+        2, session_builder=tagging_session, in_process=in_process, **unit_coordinator_options(2)
+    ) as (coordinator, _):
+
+        async def query(tag: str) -> None:
+            results[tag] = await coordinator.collect(tagged_plan(), headers={"x-tag": tag})
+
+        async with anyio.create_task_group() as tg:
+            for tag in ("a", "b", "c"):
+                tg.start_soon(query, tag)
+        default = await coordinator.collect(tagged_plan())
+    for tag, table in results.items():
+        assert table.num_rows == 200
+        assert {value.split(":")[0] for value in table.column("tagged").to_pylist()} == {tag}
+    assert {value.split(":")[0] for value in default.column("tagged").to_pylist()} == {"none"}
