@@ -14,6 +14,7 @@ from .channels import ChannelResolver
 from .coordinator import Coordinator, QueryStream
 from .display import format_distributed_plan
 from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
+from .held import Endpoint, HeldQuery
 from .metrics import FeedPartitionMetrics, MetricsStore, QueryMetrics, TaskRecord
 from .network_coalesce import STAGE_OUTPUTS_KEY, NetworkCoalesce, StageOutputs
 from .planner import PARTITION_MIXING_KINDS, DistributedPlanner, distribute
@@ -30,7 +31,9 @@ __all__ = [
     "DispatchOptions",
     "DistributedPlan",
     "DistributedPlanner",
+    "Endpoint",
     "FeedPartitionMetrics",
+    "HeldQuery",
     "InProcessWorkerResolver",
     "MetricsStore",
     "NetworkCoalesce",

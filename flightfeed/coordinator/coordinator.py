@@ -37,6 +37,7 @@ from ..session import Session, SessionStateBuilder
 from .channels import ChannelResolver
 from .display import format_distributed_plan
 from .estimator import EstimatorKey, TaskEstimator, TaskEstimators
+from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
 from .metrics import MetricsStore, QueryMetrics, TaskRecord
 from .network_coalesce import STAGE_OUTPUTS_KEY
 from .planner import DistributedPlanner
@@ -233,8 +234,22 @@ class Coordinator:
         """Plan, assign tasks round-robin and connect (version-checked) to their workers."""
         workers = await self.resolver.workers()
         distributed = self.planner.plan(plan, len(workers))
+        runtime = await self._runtime(distributed, workers, query_id, headers)
+        return runtime, distributed.root
+
+    async def _runtime(
+        self,
+        distributed: DistributedPlan,
+        workers: list[str],
+        query_id: bytes,
+        headers: Mapping[str, str],
+        *,
+        replayable: bool = False,
+    ) -> QueryRuntime:
+        """The query's runtime: its tasks assigned round-robin, with their workers' channels
+        (version-checked) and their encoded plans."""
         metrics = QueryMetrics(query_id)
-        runtime = QueryRuntime(query_id, metrics, headers=headers)
+        runtime = QueryRuntime(query_id, metrics, headers=headers, replayable=replayable)
         if distributed.stages:
             if not workers:
                 raise NotFound("the worker resolver returned no workers for a distributed plan")
@@ -258,7 +273,62 @@ class Coordinator:
                     )
                     runtime.add(TaskRun(stage, task, key, url, channels[url], plan_proto, record))
         self.metrics.add(metrics)
-        return runtime, distributed.root
+        return runtime
+
+    async def hold(
+        self,
+        plan: ExecutionPlan,
+        *,
+        headers: Mapping[str, str] | None = None,
+        ttl: float = DEFAULT_TTL,
+        grace: float = DEFAULT_GRACE,
+    ) -> HeldQuery:
+        """Start `plan` on the workers, to be read there by any Flight client, one endpoint per
+        output partition (see held.py). Returns once every task has its plan."""
+        if self._tg is None:
+            raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
+        workers = await self.resolver.workers()
+        if not workers:
+            raise NotFound("the worker resolver returned no workers to hold a query on")
+        distributed = self.planner.plan_on_workers(plan, len(workers))
+        query_id = uuid.uuid4().bytes
+        merged = {**self.headers, **(headers or {})}
+        runtime = await self._runtime(distributed, workers, query_id, merged, replayable=True)
+        held = HeldQuery(runtime, distributed.stages[0], ttl=ttl, grace=grace)
+        try:
+            await self._tg.start(self._run_held, held)
+        except RuntimeError:  # it ended before every task had its plan: say why
+            if runtime.failure is not None:
+                raise runtime.failure from None
+            raise
+        return held
+
+    async def _run_held(
+        self, held: HeldQuery, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """A held query's task group: its task runners and its release watch."""
+        runtime = held.runtime
+        try:
+            with anyio.CancelScope() as scope:
+                runtime.scope = scope
+                async with anyio.create_task_group() as tg:
+                    for run in runtime.tasks.values():
+                        tg.start_soon(
+                            run_task,
+                            runtime,
+                            run,
+                            self.session,
+                            self._dispatch,
+                            runtime.headers,
+                        )
+                    tg.start_soon(held.watch)
+                    for run in runtime.tasks.values():
+                        await run.ready.wait()
+                    task_status.started()
+                runtime.completed = runtime.failure is None
+        finally:
+            held.release()
+            runtime.finish()
 
     async def _run_query(
         self,

@@ -72,6 +72,17 @@ class DistributedPlanner:
         root, _ = self._rewrite(plan, state)
         return DistributedPlan(root, tuple(state.stages))
 
+    def plan_on_workers(self, plan: ExecutionPlan, workers: int) -> DistributedPlan:
+        """The whole plan as one stage whose tasks' outputs are its result (nothing runs on the
+        coordinator): for queries read straight from the workers. It is split across tasks
+        as a leaf stage is; a plan with a Coalesce runs as one task, since a Coalesce must see
+        every task's rows."""
+        state = _Planning(workers=max(workers, 1))
+        stage = self._stage(unwrap(plan), state, single_partition_kinds=frozenset({"Coalesce"}))
+        if stage is None:
+            raise InvalidArgument("a plan that reads other stages cannot run on the workers alone")
+        return DistributedPlan(NetworkCoalesce(stage), (stage,))
+
     # -- finding boundaries --------------------------------------------------------------------
 
     def _leaf(self, node: ExecutionPlan, state: _Planning) -> _Leaf | None:
@@ -106,7 +117,13 @@ class DistributedPlanner:
 
     # -- building a stage ------------------------------------------------------------------------
 
-    def _stage(self, subtree: ExecutionPlan, state: _Planning) -> Stage | None:
+    def _stage(
+        self,
+        subtree: ExecutionPlan,
+        state: _Planning,
+        *,
+        single_partition_kinds: frozenset[str] = frozenset(),
+    ) -> Stage | None:
         leaves: list[_Leaf] = []
         blockers: list[str] = []
         for node in _walk(subtree):
@@ -115,6 +132,8 @@ class DistributedPlanner:
             if node.children:
                 if node.name in self._mixing:
                     blockers.append(f"{node.name} mixes partitions across tasks")
+                elif node.name in single_partition_kinds:
+                    blockers.append(f"{node.name} must see every task's rows")
                 elif self._feeds is not None and self._feeds.feed_of(node) is not None:
                     blockers.append(f"{node.name} has a feed but is not a leaf")
                 continue
@@ -124,8 +143,9 @@ class DistributedPlanner:
             else:
                 leaves.append(leaf)
         counts = [leaf.task_count(state.workers) for leaf in leaves]
-        tasks = min(counts)
+        tasks = min(counts, default=1)
         note = ", ".join(f"{leaf.node.name}: {_describe(leaf)}" for leaf in leaves)
+        note = note or "no leaf that splits into tasks"
         if blockers and tasks > 1:
             tasks, note = 1, "; ".join(blockers)
         sizes = [leaf.node.output_partitions for leaf in leaves]

@@ -8,7 +8,7 @@ one failure stops everything the query started; later errors are consequences an
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -18,7 +18,14 @@ from grpclib.const import Status
 
 from ..errors import ErrorOrigin, FeedError, FlightfeedError, RemoteError
 from ..feeds import FeedDispatcher
-from ..protocol import TaskId, TaskKey, WorkerChannel, WorkUnit, execute_task_request
+from ..protocol import (
+    TaskChannel,
+    TaskId,
+    TaskKey,
+    WorkerChannel,
+    WorkUnit,
+    execute_task_request,
+)
 from .metrics import QueryMetrics, TaskRecord
 from .stage import Stage, StageTask
 
@@ -37,6 +44,8 @@ class TaskRun:
     ready: anyio.Event = field(default_factory=anyio.Event)
     """Set once the task's SetPlan went out: its outputs may be read."""
     dispatcher: FeedDispatcher | None = None
+    channel_open: TaskChannel | None = None
+    """The task's control channel while it is open."""
 
     @property
     def origin(self) -> ErrorOrigin:
@@ -68,8 +77,14 @@ class QueryRuntime:
         metrics: QueryMetrics,
         *,
         headers: Mapping[str, str] | None = None,
+        replayable: bool = False,
+        on_read: Callable[[TaskRun, Sequence[int]], None] | None = None,
     ) -> None:
         self.query_id = query_id
+        self.replayable = replayable
+        """The tasks serve their partitions as often as asked, until released (held queries)."""
+        self.on_read = on_read
+        """Told of each replayable task's partitions read to their end."""
         self.start_ns = time.time_ns()
         self.metrics = metrics
         self.headers = dict(headers or {})

@@ -8,8 +8,9 @@ once, whatever it was doing. The channel is a WorkerChannel's: gRPC or in-proces
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 import anyio
@@ -82,6 +83,7 @@ async def _run(
         plan_proto=run.plan_proto,
         target_worker_url=run.worker_url,
         query_start_time_ns=runtime.start_ns,
+        replayable=runtime.replayable,
     )
     dispatcher = None
     if run.task.feeds:
@@ -105,17 +107,27 @@ async def _run(
         run.dispatcher = dispatcher
         run.record.attach(dispatcher)
     async with run.channel.open_task(set_plan, headers=headers) as opened:
-        channel = opened
+        channel = run.channel_open = opened
         run.ready.set()
         try:
-            return await _serve(opened, dispatcher)
+            return await _serve(opened, dispatcher, partial(_reads, runtime, run))
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await opened.cancel("query cancelled by the coordinator")
             raise
 
 
-async def _serve(channel: TaskChannel, dispatcher: FeedDispatcher | None) -> TaskMetrics:
+def _reads(runtime: QueryRuntime, run: TaskRun, partitions: Sequence[int]) -> None:
+    if runtime.on_read is None:
+        raise FlightfeedError("protocol violation: partitions read of a task that is not held")
+    runtime.on_read(run, partitions)
+
+
+async def _serve(
+    channel: TaskChannel,
+    dispatcher: FeedDispatcher | None,
+    on_read: Callable[[Sequence[int]], None],
+) -> TaskMetrics:
     """Dispatch units and apply grants until the task's metrics arrive."""
     metrics: TaskMetrics | None = None
     failure: Exception | None = None
@@ -137,7 +149,7 @@ async def _serve(channel: TaskChannel, dispatcher: FeedDispatcher | None) -> Tas
             if dispatcher is not None:
                 tg.start_soon(dispatch, dispatcher)
             try:
-                metrics = await _await_metrics(channel, dispatcher)
+                metrics = await _await_metrics(channel, dispatcher, on_read)
             except Exception as exc:
                 failure = exc
         if dispatcher is not None:
@@ -151,10 +163,16 @@ async def _serve(channel: TaskChannel, dispatcher: FeedDispatcher | None) -> Tas
     return metrics
 
 
-async def _await_metrics(channel: TaskChannel, dispatcher: FeedDispatcher | None) -> TaskMetrics:
+async def _await_metrics(
+    channel: TaskChannel,
+    dispatcher: FeedDispatcher | None,
+    on_read: Callable[[Sequence[int]], None],
+) -> TaskMetrics:
     async for message in channel.messages():
         kind, value = betterproto2.which_one_of(message, "inner")
-        if kind == "feed_credits":
+        if kind == "partitions_read":
+            on_read(message.partitions_read.partitions if message.partitions_read else [])
+        elif kind == "feed_credits":
             if dispatcher is None:
                 raise FeedError("protocol violation: feed credits for a task without feeds")
             dispatcher.grant(value)

@@ -9,6 +9,11 @@ Flow control: each (feed, partition) starts with a window of `credits` units gra
 coordinator. A consumer taking units frees window space, granted back in batches once half the
 window is free. So at any moment buffered + in flight + not yet granted == credits, and a
 partition nobody reads holds at most `credits` units while the others run at full speed.
+
+Replayable inboxes (`replay_limit`) keep every unit a consumer took, per partition, up to the
+limit: a partition may then be read again (a retried Spark task) and yields the same units in
+the same order, the logged ones first, then the live ones where the last reader left off. A
+reader that leaves early does not end its partition: the next one continues it.
 """
 
 from __future__ import annotations
@@ -71,11 +76,15 @@ class _Slot:
         "available",
         "buffered",
         "claimed",
+        "completed",
         "consumed",
         "ended",
         "error",
         "feed_id",
         "finished",
+        "front_taken",
+        "log",
+        "log_dropped",
         "partition",
         "pending_grant",
         "processed_latency",
@@ -89,6 +98,7 @@ class _Slot:
         self.feed_id = feed_id
         self.partition = partition
         self.runs: deque[tuple[DecodedRun, int]] = deque()
+        self.front_taken = 0  # units of runs[0] already taken
         self.buffered = 0
         self.available = credits  # credit the coordinator holds (granted, not yet used)
         self.pending_grant = 0  # taken by the consumer, not yet granted back
@@ -98,6 +108,9 @@ class _Slot:
         self.error: FeedError | None = None
         self.claimed = False
         self.finished = False  # the consumer is gone: read the end, failed or stopped early
+        self.completed = False  # a consumer read the partition to its end
+        self.log: list[ReceivedUnit] | None = None  # replayable: every unit taken so far
+        self.log_dropped = False
         self.waiter: anyio.Event | None = None
         self.received_latency = LatencyHistogram()
         self.processed_latency = LatencyHistogram()
@@ -186,11 +199,18 @@ class FeedInbox:
     """Units the coordinator streams to one task, buffered per (feed, partition)."""
 
     def __init__(
-        self, declarations: Iterable[tuple[bytes, int]], *, credits: int = DEFAULT_CREDITS
+        self,
+        declarations: Iterable[tuple[bytes, int]],
+        *,
+        credits: int = DEFAULT_CREDITS,
+        replay_limit: int | None = None,
     ) -> None:
         if credits < 1:
             raise InvalidArgument(f"feed credits must be at least 1, got {credits}")
+        if replay_limit is not None and replay_limit < 0:
+            raise InvalidArgument(f"replay_limit must be 0 or more, got {replay_limit}")
         self.credits = credits
+        self.replay_limit = replay_limit
         self._threshold = max(1, credits // 2)
         self._slots: dict[tuple[bytes, int], _Slot] = {}
         self._open = 0  # slots whose consumer has not finished
@@ -211,6 +231,8 @@ class FeedInbox:
                 )
             for partition in range(partitions):
                 slot = self._slots[(feed_id, partition)] = _Slot(feed_id, partition, credits)
+                if replay_limit is not None:
+                    slot.log = []
                 self.credit_grants._add(slot, credits)
         self._open = len(self._slots)
         if not self._slots:
@@ -222,9 +244,11 @@ class FeedInbox:
         declarations: Sequence[SetPlanRequestWorkUnitFeedDeclaration],
         *,
         credits: int = DEFAULT_CREDITS,
+        replay_limit: int | None = None,
     ) -> FeedInbox:
         """The inbox for a SetPlanRequest's `work_unit_feed_declarations`."""
-        return cls([(d.id, d.partitions) for d in declarations], credits=credits)
+        pairs = [(d.id, d.partitions) for d in declarations]
+        return cls(pairs, credits=credits, replay_limit=replay_limit)
 
     # -- channel side ------------------------------------------------------------------------
 
@@ -303,6 +327,7 @@ class FeedInbox:
         self.credit_grants._close(drop=True)
         for slot in self._slots.values():
             slot.runs.clear()
+            slot.front_taken = 0
             slot.buffered = 0
             slot.wake()
 
@@ -349,10 +374,17 @@ class FeedInbox:
             )
         if slot is None:
             raise FeedError(f"feed {feed_id.hex()} partition {partition} is not declared here")
+        if slot.claimed and slot.log is not None:
+            raise FeedError(f"{slot} is being read: a concurrent second read cannot be replayed")
         if slot.claimed:
             raise FeedError(f"{slot} already has a consumer")
         if self._failure is not None:
             raise self._failure
+        if slot.log_dropped:
+            raise FeedError(
+                f"{slot} cannot be read again: it took more than {self.replay_limit} units,"
+                " past the replay limit (raise it to replay longer partitions)"
+            )
         slot.claimed = True
         return slot
 
@@ -364,17 +396,31 @@ class FeedInbox:
         threshold = self._threshold
         processed = slot.processed_latency
         add_latency = processed.appender
+        log = slot.log
+        complete = False
         try:
+            if log:  # a replay: the units an earlier reader took, as it took them
+                for unit in list(log):
+                    if self._failure is not None:
+                        raise self._failure
+                    if full:
+                        yield unit
+                    elif decode is not None:
+                        yield decode(unit.body)
+                    else:
+                        yield unit.body
             while True:
                 if not slot.runs:
                     if not await self._wait(slot):
+                        complete = True
                         return
                     continue
                 processed.settle()
-                run, received_ns = slot.runs.popleft()
+                run, received_ns = slot.runs[0]
                 bodies, ends, created, sent_ns = run.bodies, run.ends, run.created_ns, run.sent_ns
-                begin = 0
-                for i in range(len(ends)):
+                first = slot.front_taken  # a reader that left early may have taken some
+                begin = ends[first - 1] if first else 0
+                for i in range(first, len(ends)):
                     if self._failure is not None:
                         raise self._failure
                     end = ends[i]
@@ -387,13 +433,32 @@ class FeedInbox:
                     slot.pending_grant += 1
                     if slot.pending_grant >= threshold:
                         self._grant(slot)
+                    if log is not None:
+                        log.append(ReceivedUnit(body, created[i], sent_ns, received_ns, now))
+                        if len(log) > (self.replay_limit or 0):
+                            log = slot.log = None  # bounded memory beats replayability
+                            slot.log_dropped = True
+                    slot.front_taken = i + 1
                     if full:
                         yield ReceivedUnit(body, created[i], sent_ns, received_ns, now)
                     elif decode is not None:
                         yield decode(body)
                     else:
                         yield body
+                slot.runs.popleft()
+                slot.front_taken = 0
         finally:
+            if slot.log is not None or slot.log_dropped:
+                self._leave(slot, complete=complete)
+            else:
+                self._finish(slot)
+
+    def _leave(self, slot: _Slot, *, complete: bool) -> None:
+        """A reader of a replayable partition is gone: the partition stays for the next one,
+        and its units keep coming unless it was read to its end."""
+        slot.claimed = False
+        if complete and not slot.completed:
+            slot.completed = True
             self._finish(slot)
 
     async def _wait(self, slot: _Slot) -> bool:
@@ -415,11 +480,13 @@ class FeedInbox:
         slot.pending_grant = 0
 
     def _finish(self, slot: _Slot) -> None:
-        """The consumer is gone: free its buffer and tell the coordinator to stop the provider."""
+        """The consumer is gone for good: free its buffer, and tell the coordinator to stop
+        the provider."""
         if slot.finished:
             return
         slot.finished = True
         slot.runs.clear()
+        slot.front_taken = 0
         slot.buffered = 0
         self._open -= 1
         if self._failure is None:

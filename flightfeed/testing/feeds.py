@@ -109,13 +109,18 @@ class UnitProvider:
     hang: set[int] = field(default_factory=set)
     """Partitions that never yield nor end (a source that stopped answering)."""
     pulls: list[int] = field(default_factory=list)
+    """Per partition, the units handed out."""
     max_ahead: list[int] = field(default_factory=list)
     """Per partition, the most units ever pulled ahead of what the probe's consumer took."""
     closed: list[int] = field(default_factory=list)
+    """Partitions whose units ended, failed or were closed, in that order."""
     waiters: Waiters = field(default_factory=Waiters)
+    """Re-checked after every pull and every close: `await provider.waiters.until(...)`."""
 
     def __post_init__(self) -> None:
         if self.units is not None:
+            if self.counts:
+                raise InvalidArgument("UnitProvider takes counts or units, not both")
             self.counts = [len(units) for units in self.units]
         self.pulls = [0] * len(self.counts)
         self.max_ahead = [0] * len(self.counts)
@@ -131,30 +136,29 @@ class UnitProvider:
         """Until partition `partition` has handed out `count` units."""
         await self.waiters.until(lambda: self.pulls[partition] >= count)
 
-    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[Any]:
-        try:
-            if partition in self.hang:
-                await anyio.sleep_forever()
-            if self._plain(partition) and self.body is not None:
-                async for unit in self._constant(partition, self.body):
-                    yield unit
-            elif self._plain(partition):
-                async for unit in self._fast(partition):
-                    yield unit
-            else:
-                async for unit in self._observed(partition):
-                    yield unit
-        finally:
-            self.closed.append(partition)
-            self.waiters.check()
+    def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[Any]:
+        """The partition's units, from the leanest generator its options allow (one generator
+        per unit, not a wrapper around another: the feed benchmarks count every frame)."""
+        if partition in self.hang:
+            return self._hang(partition)
+        if self.probe is not None or self.units is not None:
+            return self._observed(partition)
+        if partition in self.delays or partition in self.fail_at:
+            return self._observed(partition)
+        if self.body is not None:
+            return self._constant(partition, self.body)
+        return self._lazy(partition)
 
-    def _plain(self, partition: int) -> bool:
-        return not (
-            self.probe is not None
-            or partition in self.delays
-            or partition in self.fail_at
-            or self.units is not None
-        )
+    def _close(self, partition: int) -> None:
+        self.closed.append(partition)
+        self.waiters.check()
+
+    async def _hang(self, partition: int) -> AsyncIterator[Any]:
+        try:
+            await anyio.sleep_forever()
+            yield  # never reached: it makes this an async generator
+        finally:
+            self._close(partition)
 
     async def _constant(self, partition: int, body: bytes) -> AsyncIterator[bytes]:
         """The benchmarks' path: one body, counted when the partition ends or is closed (the
@@ -164,40 +168,48 @@ class UnitProvider:
             for handed in range(1, self.counts[partition] + 1):  # noqa: B007 - read in finally
                 yield body
         finally:
-            self.pulls[partition] = handed
+            self.pulls[partition] += handed
+            self._close(partition)
 
-    async def _fast(self, partition: int) -> AsyncIterator[bytes]:
-        """The hot path: counting only."""
+    async def _lazy(self, partition: int) -> AsyncIterator[bytes]:
+        """Bodies b"<p>:<i>", counted as they go (tests wait on `pulls`)."""
         pulls = self.pulls
         prefix = f"{partition}:".encode()
-        check = self.waiters.check
-        for i in range(self.counts[partition]):
-            pulls[partition] = i + 1
-            check()
-            yield prefix + str(i).encode()
+        waiters = self.waiters
+        try:
+            for i in range(self.counts[partition]):
+                pulls[partition] += 1
+                waiters.check()
+                yield prefix + str(i).encode()
+        finally:
+            self._close(partition)
 
     async def _observed(self, partition: int) -> AsyncIterator[Any]:
+        """Every option: listed units, delays, a failure, back-pressure bookkeeping."""
         prefix = f"{partition}:".encode()
         delays = self.delays.get(partition) or [0]
         failure = self.fail_at.get(partition)
         consumed = self.probe.consumed if self.probe is not None else None
         listed = self.units[partition] if self.units is not None else None
-        for i in range(self.counts[partition]):
-            for _ in range(delays[i % len(delays)]):
-                await anyio.lowlevel.checkpoint()
-            if failure is not None and failure[0] == i:
+        try:
+            for i in range(self.counts[partition]):
+                for _ in range(delays[i % len(delays)]):
+                    await anyio.lowlevel.checkpoint()
+                if failure is not None and failure[0] == i:
+                    raise RuntimeError(failure[1])
+                self.pulls[partition] += 1
+                if consumed is not None:
+                    ahead = self.pulls[partition] - consumed.get(partition, 0)
+                    self.max_ahead[partition] = max(self.max_ahead[partition], ahead)
+                self.waiters.check()
+                if listed is not None:
+                    yield listed[i]
+                else:
+                    yield self.body if self.body is not None else prefix + str(i).encode()
+            if failure is not None and failure[0] >= self.counts[partition]:
                 raise RuntimeError(failure[1])
-            self.pulls[partition] += 1
-            if consumed is not None:
-                ahead = self.pulls[partition] - consumed.get(partition, 0)
-                self.max_ahead[partition] = max(self.max_ahead[partition], ahead)
-            self.waiters.check()
-            if listed is not None:
-                yield listed[i]
-            else:
-                yield self.body if self.body is not None else prefix + str(i).encode()
-        if failure is not None and failure[0] >= self.counts[partition]:
-            raise RuntimeError(failure[1])
+        finally:
+            self._close(partition)
 
 
 class UnitScan(PlanNodeBase):
@@ -374,6 +386,7 @@ async def unit_session_builder(ctx: WorkerQueryContext) -> Session:
 
 
 def unit_coordinator_session() -> Session:
+    """The coordinator's session: it encodes UnitScan."""
     return SessionStateBuilder().with_codec(UnitScanCodec()).build()
 
 

@@ -17,6 +17,8 @@ class WorkerConfig:
     consumer_buffer_batches: per-consumer buffer of a fanned-out (repartition/broadcast) task.
     max_concurrent_tasks: SetPlans beyond this are refused with RESOURCE_EXHAUSTED.
     feed_credits: work units in flight per feed partition (the per-partition window).
+    replay_limit: work units kept per feed partition of a replayable task, so a partition read
+        again yields the same rows; a partition that took more cannot be read again.
     keepalive: when to ping a caller whose calls went quiet, so the tasks of a coordinator
         that vanished without closing its connection are cancelled (None: never).
     """
@@ -28,6 +30,7 @@ class WorkerConfig:
     consumer_buffer_batches: int = 4
     max_concurrent_tasks: int = 1024
     feed_credits: int = 256
+    replay_limit: int = 100_000
     keepalive: KeepalivePolicy | None = WORKER_SERVER_KEEPALIVE
 
     def __post_init__(self) -> None:

@@ -21,6 +21,7 @@ async def serve_partitions(
     key = task_id(request.task_key)
     task = await registry.wait_for(key)
     outputs, partitions = task.claim(request)
+    read_to_end = False
     try:
         with task.consumer() as scope:
             try:
@@ -30,6 +31,7 @@ async def serve_partitions(
                         await sink.begin(task.plan.schema)
                     async for partition, batch in stream:
                         await sink.write(partition, batch)
+                read_to_end = True
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:
@@ -37,4 +39,4 @@ async def serve_partitions(
         if scope.cancelled_caught:
             raise Cancelled(f"task {key} was cancelled: {task.cancel_reason}", origin=task.origin)
     finally:
-        task.release(partitions)
+        task.release(partitions, read_to_end=read_to_end)

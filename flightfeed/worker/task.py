@@ -1,8 +1,10 @@
 """One task on a worker: its plan, session, outputs, consumers and lifecycle.
 
 A task exists from its SetPlan until every output partition has been read or dropped, or it is
-cancelled (CancelTask, its coordinator channel closed, the idle TTL). State changes happen in
-plain methods; the RPC handlers do the awaiting.
+cancelled (CancelTask, its coordinator channel closed, the idle TTL). A replayable task serves
+each partition as often as it is asked (a retried reader gets the same rows), and lives until
+the coordinator releases it. State changes happen in plain methods; the RPC handlers do the
+awaiting.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Task:
         task_count: int,
         query_start_ns: int,
         consumer_buffer: int,
+        replayable: bool = False,
     ) -> None:
         self.key = key
         self.session = session
@@ -55,8 +58,12 @@ class Task:
         self._background = background
         self._consumer_buffer = consumer_buffer
         self.outputs: Outputs | None = None
+        self.replayable = replayable
         self._claimed: set[int] = set()
         self._finished_outputs: set[int] = set()
+        self.reads_done: set[int] = set()
+        """Replayable: partitions read to their end, not yet reported to the coordinator."""
+        self.reads_changed = anyio.Event()
         self._consumer_scopes: set[anyio.CancelScope] = set()
         self.last_activity = time.monotonic()
         self.done = anyio.Event()
@@ -93,6 +100,11 @@ class Task:
                 f"with {self.outputs.partitions} output partitions"
             )
         taken = self._claimed.intersection(range(start, end))
+        if taken and self.replayable:
+            raise InvalidArgument(
+                f"partitions {sorted(taken)} of task {self.key} are being read: a concurrent"
+                " second read is not supported (read them again once the first read ended)"
+            )
         if taken:
             raise InvalidArgument(
                 f"partitions {sorted(taken)} of task {self.key} were already requested"
@@ -101,12 +113,28 @@ class Task:
         self.last_activity = time.monotonic()
         return self.outputs, range(start, end)
 
-    def release(self, partitions: range) -> None:
+    def release(self, partitions: range, *, read_to_end: bool = False) -> None:
         """The consumer of these partitions is gone (finished, failed or disconnected)."""
-        self._finished_outputs.update(partitions)
         self.last_activity = time.monotonic()
+        if self.replayable:  # they may be read again; the coordinator releases the task
+            self._claimed.difference_update(partitions)
+            if read_to_end:
+                self.reads_done.update(partitions)
+                self.reads_changed.set()
+            return
+        self._finished_outputs.update(partitions)
         if self.outputs is not None and len(self._finished_outputs) >= self.outputs.partitions:
             self.done.set()
+
+    def take_reads(self) -> list[int]:
+        """Replayable: the partitions read to their end since the last call."""
+        reads, self.reads_done = sorted(self.reads_done), set()
+        self.reads_changed = anyio.Event()
+        return reads
+
+    def finish(self) -> None:
+        """Replayable: the coordinator released the task; it reports its metrics and ends."""
+        self.done.set()
 
     def cancel(self, reason: str) -> None:
         """Stop everything this task runs; consumers fail with Cancelled."""

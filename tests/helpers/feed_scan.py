@@ -1,11 +1,6 @@
-"""Feed-backed plans for the tests: the shared UnitScan (flightfeed.testing.feeds) and the
-seed's work_unit_feed example (flightfeed.examples.chunk_scan), wired into one cluster.
-
-- `scan(task_count, '3,1', '2', ...)` builds the seed's RemoteScan: a ChunkFeedProvider
-  "discovers" chunks of n rows per partition; the node turns each chunk into n rows.
-- `unit_scan(UnitProvider(...), probe=...)` reads raw units; a `probe` gates, slows down and
-  observes its consumers on the workers (which run in the test's process).
-"""
+"""One cluster for the feed tests: workers and a Coordinator that know both feed-backed leaves,
+the shared UnitScan (flightfeed.testing.feeds) and the seed example's RemoteScan
+(flightfeed.examples.chunk_scan). Tests import the nodes and providers from those modules."""
 
 from __future__ import annotations
 
@@ -14,58 +9,17 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from flightfeed.coordinator import Coordinator, TaskEstimator
-from flightfeed.examples.chunk_scan import (  # the seed example lives in the package
-    SCAN_SCHEMA,
-    Chunk,
-    ChunkFeedProvider,
-    RemoteScan,
-    RemoteScanCodec,
-    RemoteScanEstimator,
-    parse_chunks,
-    scan,
-    scan_rows,
-)
+from flightfeed.examples.chunk_scan import RemoteScan, RemoteScanCodec, RemoteScanEstimator
 from flightfeed.feeds import FeedRegistry
 from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
 from flightfeed.testing import start_cluster
-from flightfeed.testing.feeds import (
-    COUNT_AT_END,
-    Probe,
-    UnitProvider,
-    UnitScan,
-    UnitScanCodec,
-    UnitScanEstimator,
-    Waiters,
-    probe,
-    unit_scan,
-)
+from flightfeed.testing.feeds import UnitScan, UnitScanCodec, UnitScanEstimator
 from flightfeed.worker import Worker, WorkerConfig
 
-__all__ = [
-    "COUNT_AT_END",
-    "ESTIMATORS",
-    "SCAN_SCHEMA",
-    "Chunk",
-    "ChunkFeedProvider",
-    "Probe",
-    "RemoteScan",
-    "RemoteScanCodec",
-    "RemoteScanEstimator",
-    "UnitProvider",
-    "UnitScan",
-    "UnitScanCodec",
-    "UnitScanEstimator",
-    "Waiters",
-    "coordinator_options",
-    "feed_cluster",
-    "feed_registry",
-    "feed_session_builder",
-    "parse_chunks",
-    "probe",
-    "scan",
-    "scan_rows",
-    "unit_scan",
-]
+ESTIMATORS: dict[str | type, TaskEstimator] = {
+    RemoteScan.name: RemoteScanEstimator(),
+    UnitScan: UnitScanEstimator(),
+}
 
 
 def feed_registry() -> FeedRegistry:
@@ -74,12 +28,6 @@ def feed_registry() -> FeedRegistry:
     registry.register(RemoteScan, lambda node: node.feed)
     registry.register(UnitScan, lambda node: node.feed)
     return registry
-
-
-ESTIMATORS: dict[str | type, TaskEstimator] = {
-    RemoteScan.name: RemoteScanEstimator(),
-    UnitScan: UnitScanEstimator(),
-}
 
 
 async def feed_session_builder(ctx: WorkerQueryContext) -> Session:

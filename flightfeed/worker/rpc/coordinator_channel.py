@@ -6,7 +6,9 @@
 - run: the task is registered and lives as long as the channel: control messages (work units,
   cancellation) flow in, feed credits flow out, and its producers run in the channel's task
   group, so closing the channel, a CancelTask or the idle TTL stops everything it started.
-- report: once every output partition was read or dropped, TaskMetrics go back.
+- report: once every output partition was read or dropped, TaskMetrics go back. A replayable
+  task (SetPlanRequest.replayable) instead reports each partition read to its end, serves
+  re-reads, and reports its metrics when the coordinator half-closes the channel.
 
 Transport-neutral: `inbound` and `send` are the gRPC stream or an in-process memory stream.
 """
@@ -21,6 +23,7 @@ import betterproto2
 
 from ..._generated.flightfeed.v1 import (
     CoordinatorToWorkerMsg,
+    PartitionsRead,
     SetPlanRequest,
     TaskMetrics,
     WorkerToCoordinatorMsg,
@@ -99,7 +102,9 @@ async def open_task(state: WorkerState, headers: Headers, request: SetPlanReques
     session = await _build_session(state, headers, request, origin)
     inbox = (
         FeedInbox.from_declarations(
-            request.work_unit_feed_declarations, credits=state.config.feed_credits
+            request.work_unit_feed_declarations,
+            credits=state.config.feed_credits,
+            replay_limit=state.config.replay_limit if request.replayable else None,
         )
         if request.work_unit_feed_declarations
         else None
@@ -152,6 +157,7 @@ async def run_task(
             task_count=opened.request.task_count,
             query_start_ns=opened.request.query_start_time_ns,
             consumer_buffer=state.config.consumer_buffer_batches,
+            replayable=opened.request.replayable,
         )
         if inbox is not None:
             task.ctx.extensions[FEED_INBOX_KEY] = inbox
@@ -161,6 +167,8 @@ async def run_task(
             tg.start_soon(_watch_control, inbound, task, inbox)
             if inbox is not None:
                 tg.start_soon(_forward_credits, send, inbox)
+            if task.replayable:
+                tg.start_soon(_forward_reads, send, task)
             await task.done.wait()
             if task.cancel_reason is None:
                 await send(report(task, inbox))
@@ -205,8 +213,19 @@ async def _control_messages(
             raise InvalidArgument(f"task {task.key} already has a plan")
         else:
             raise InvalidArgument(f"unexpected CoordinatorChannel message {kind or 'empty'}")
+    if task.replayable:
+        task.finish()  # half-closed: the coordinator released the task
     if inbox is not None:
         inbox.sender_done()  # half-closed: no more units can come for unfinished partitions
+
+
+async def _forward_reads(send: Send, task: Task) -> None:
+    """A replayable task's partitions read to their end, told to the coordinator as they are."""
+    while True:
+        await task.reads_changed.wait()
+        reads = task.take_reads()
+        if reads:
+            await send(WorkerToCoordinatorMsg(partitions_read=PartitionsRead(partitions=reads)))
 
 
 async def _forward_credits(send: Send, inbox: FeedInbox) -> None:

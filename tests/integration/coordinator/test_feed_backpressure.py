@@ -9,13 +9,14 @@ from collections import Counter
 import anyio
 import pyarrow as pa
 import pytest
-from helpers.feed_scan import UnitProvider, UnitScanEstimator, feed_cluster, probe, unit_scan
+from helpers.feed_scan import feed_cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flightfeed.errors import FeedError
 from flightfeed.plan import Coalesce
 from flightfeed.testing import wait_for_no_tasks
+from flightfeed.testing.feeds import UnitProvider, UnitScanEstimator, probe, unit_scan
 from flightfeed.worker import WorkerConfig
 
 pytestmark = pytest.mark.anyio

@@ -6,17 +6,7 @@ import uuid
 
 import anyio
 import pytest
-from helpers.feed_scan import (
-    Probe,
-    UnitProvider,
-    UnitScanCodec,
-    UnitScanEstimator,
-    coordinator_options,
-    feed_cluster,
-    feed_session_builder,
-    probe,
-    unit_scan,
-)
+from helpers.feed_scan import coordinator_options, feed_cluster, feed_session_builder
 from helpers.worker_plans import none_request
 
 from flightfeed._generated.flightfeed.v1 import (
@@ -32,6 +22,13 @@ from flightfeed.flight import KeepalivePolicy
 from flightfeed.plan import Coalesce, CodecRegistry, encode_plan
 from flightfeed.protocol import WorkerClient
 from flightfeed.testing import start_workers, tcp_proxy, wait_for_no_tasks
+from flightfeed.testing.feeds import (
+    UnitProvider,
+    UnitScanCodec,
+    UnitScanEstimator,
+    probe,
+    unit_scan,
+)
 from flightfeed.worker import WorkerConfig
 
 pytestmark = pytest.mark.anyio
@@ -39,18 +36,17 @@ pytestmark = pytest.mark.anyio
 
 @pytest.mark.parametrize("at_unit", [0, 37])
 async def test_a_provider_error_reaches_the_caller_with_its_message(at_unit: int) -> None:
-    with probe() as found:
-        provider = UnitProvider([100] * 4, probe=found, fail_at={2: (at_unit, "page 7 expired")})
-        plan = Coalesce(unit_scan(provider, probe=found))
-        async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
-            coordinator,
-            workers,
-        ):
-            with anyio.fail_after(10), pytest.raises(FeedError, match="page 7 expired") as info:
-                await coordinator.collect(plan)
-            with anyio.fail_after(1):
-                await wait_for_no_tasks(workers)
-            metrics = coordinator.metrics.latest
+    provider = UnitProvider([100] * 4, fail_at={2: (at_unit, "page 7 expired")})
+    plan = Coalesce(unit_scan(provider))
+    async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
+        coordinator,
+        workers,
+    ):
+        with anyio.fail_after(10), pytest.raises(FeedError, match="page 7 expired") as info:
+            await coordinator.collect(plan)
+        with anyio.fail_after(1):
+            await wait_for_no_tasks(workers)
+        metrics = coordinator.metrics.latest
     # Providers run on the coordinator: the error names the provider and its task, no worker.
     assert info.value.message.startswith("feed provider failed: ")
     assert info.value.error_type == "RuntimeError"
@@ -67,20 +63,19 @@ async def test_a_provider_error_reaches_the_caller_with_its_message(at_unit: int
 async def test_a_feed_the_planner_cannot_find_fails_on_the_worker_not_silently() -> None:
     # The node's kind has an estimator, so it is distributed, but nobody registered its feed:
     # no partition is declared, and the worker's remote feed says so.
-    with probe() as found:
-        plan = Coalesce(unit_scan(UnitProvider([5, 5]), probe=found))
-        async with feed_cluster(
-            1, feed_registry=FeedRegistry(), task_estimators={"UnitScan": UnitScanEstimator()}
-        ) as (coordinator, workers):
-            with anyio.fail_after(10), pytest.raises(FeedError, match="no feed inbox"):
-                await coordinator.collect(plan)
-            with anyio.fail_after(1):
-                await wait_for_no_tasks(workers)
+    plan = Coalesce(unit_scan(UnitProvider([5, 5])))
+    async with feed_cluster(
+        1, feed_registry=FeedRegistry(), task_estimators={"UnitScan": UnitScanEstimator()}
+    ) as (coordinator, workers):
+        with anyio.fail_after(10), pytest.raises(FeedError, match="no feed inbox"):
+            await coordinator.collect(plan)
+        with anyio.fail_after(1):
+            await wait_for_no_tasks(workers)
 
 
-def declared_feed_plan(key: TaskKey, found: Probe) -> SetPlanRequest:
+def declared_feed_plan(key: TaskKey) -> SetPlanRequest:
     """A task that declares a feed for its two partitions, which nobody will ever feed."""
-    node = unit_scan(UnitProvider([1, 1]), probe=found)
+    node = unit_scan(UnitProvider([1, 1]))
     codecs = CodecRegistry.builtin().with_codec(UnitScanCodec())
     return SetPlanRequest(
         task_key=key,
@@ -99,9 +94,7 @@ async def test_a_declared_feed_never_produced_and_never_read_ends_at_the_idle_tt
         WorkerClient(worker.location) as client,
     ):
         key = TaskKey(query_id=uuid.uuid4().bytes, stage_id=1)
-        with probe() as found:
-            request = declared_feed_plan(key, found)
-        async with client.open_task(request) as channel:
+        async with client.open_task(declared_feed_plan(key)) as channel:
             with anyio.fail_after(10), pytest.raises(Cancelled, match="idle TTL"):
                 await channel.wait_metrics()
         assert len(worker.registry) == 0
@@ -116,20 +109,19 @@ async def test_a_declared_feed_whose_coordinator_goes_away_fails_its_consumer() 
         key = TaskKey(query_id=uuid.uuid4().bytes, stage_id=1)
         coordinator = anyio.CancelScope()
 
-        async def coordinator_that_never_dispatches(found: Probe) -> None:
+        async def coordinator_that_never_dispatches() -> None:
             with coordinator:
-                async with client.open_task(declared_feed_plan(key, found)):
+                async with client.open_task(declared_feed_plan(key)):
                     await anyio.sleep_forever()
 
-        with probe() as found:
-            tg.start_soon(coordinator_that_never_dispatches, found)
-            async with client.execute_task(none_request(key, 0, 2)) as reader:
-                while not len(worker.registry):
-                    await worker.registry.changed()
-                coordinator.cancel()  # it dies: its channel is reset
-                # The consumer hears it as its feed failing or its task being cancelled.
-                with anyio.fail_after(10), pytest.raises((FeedError, Cancelled)) as info:
-                    await reader.read_all()
+        tg.start_soon(coordinator_that_never_dispatches)
+        async with client.execute_task(none_request(key, 0, 2)) as reader:
+            while not len(worker.registry):
+                await worker.registry.changed()
+            coordinator.cancel()  # it dies: its channel is reset
+            # The consumer hears it as its feed failing or its task being cancelled.
+            with anyio.fail_after(10), pytest.raises((FeedError, Cancelled)) as info:
+                await reader.read_all()
         assert "ended" in str(info.value) or "channel closed" in str(info.value)
         with anyio.fail_after(1):
             await wait_for_no_tasks([worker])
@@ -185,13 +177,12 @@ async def test_a_worker_that_vanishes_mid_feed_fails_the_query_and_frees_its_tas
 async def test_a_worker_of_another_version_is_refused() -> None:
     async with start_workers(1) as (worker,):
         channels = ChannelResolver(expected_version="0.0.0-elsewhere")
-        with probe() as found:
-            plan = Coalesce(unit_scan(UnitProvider([1]), probe=found))
-            async with Coordinator(
-                StaticWorkerResolver([worker.location]), **coordinator_options(channels=channels)
-            ) as coordinator:
-                with pytest.raises(VersionMismatch) as info:
-                    await coordinator.collect(plan)
+        plan = Coalesce(unit_scan(UnitProvider([1])))
+        async with Coordinator(
+            StaticWorkerResolver([worker.location]), **coordinator_options(channels=channels)
+        ) as coordinator:
+            with pytest.raises(VersionMismatch) as info:
+                await coordinator.collect(plan)
         await channels.aclose()
     message = str(info.value)
     assert worker.location in message

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from helpers.feed_scan import coordinator_options, feed_session_builder, scan, scan_rows
+from helpers.feed_scan import coordinator_options, feed_session_builder
 
 from flightfeed import __version__
 from flightfeed.errors import RemoteError
+from flightfeed.examples.chunk_scan import scan, scan_rows
 from flightfeed.plan import Coalesce
 from flightfeed.protocol import InProcessWorkerChannel, connect_worker
 from flightfeed.testing import start_cluster, start_workers, wait_for_no_tasks

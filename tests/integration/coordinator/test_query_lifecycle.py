@@ -8,67 +8,56 @@ from collections import Counter
 import anyio
 import pyarrow as pa
 import pytest
-from helpers.feed_scan import (
-    UnitProvider,
-    UnitScanEstimator,
-    coordinator_options,
-    feed_cluster,
-    feed_session_builder,
-    probe,
-    scan,
-    scan_rows,
-    unit_scan,
-)
+from helpers.feed_scan import coordinator_options, feed_cluster, feed_session_builder
 
 from flightfeed.coordinator import Coordinator, StaticWorkerResolver
 from flightfeed.errors import Cancelled
+from flightfeed.examples.chunk_scan import scan, scan_rows
 from flightfeed.plan import Coalesce, HashAggregate, agg, col
 from flightfeed.testing import start_workers, tcp_proxy, wait_for_no_tasks
+from flightfeed.testing.feeds import UnitProvider, UnitScanEstimator, unit_scan
 
 pytestmark = pytest.mark.anyio
 
 
 def long_scan(provider: UnitProvider) -> Coalesce:
-    assert provider.probe is not None
-    return Coalesce(unit_scan(provider, probe=provider.probe, every=100))
+    return Coalesce(unit_scan(provider, every=100))
 
 
 async def test_leaving_the_loop_early_drops_every_task_on_every_worker() -> None:
-    with probe() as found:
-        provider = UnitProvider([1_000_000] * 4, probe=found)
-        async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
-            coordinator,
-            workers,
-        ):
-            async for batch in coordinator.execute(long_scan(provider)):
-                assert batch.num_rows
-                with anyio.fail_after(10):  # every provider runs (task 1's may start later)
-                    for partition in range(4):
-                        await provider.wait_pulls(partition, 1)
-                break  # no `async with`: dropping the stream must be enough
-            with anyio.fail_after(1):
-                await wait_for_no_tasks(workers)
-            metrics = coordinator.metrics.latest
-            assert metrics is not None
-            with anyio.fail_after(1):
-                await metrics.wait_finished()
-        assert metrics.status == "cancelled"
-        assert {t.status for t in metrics.tasks.values()} == {"cancelled"}
-        assert sorted(provider.closed) == [0, 1, 2, 3]
+    provider = UnitProvider([1_000_000] * 4)
+    async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
+        coordinator,
+        workers,
+    ):
+        async for batch in coordinator.execute(long_scan(provider)):
+            assert batch.num_rows
+            with anyio.fail_after(10):  # every provider runs (task 1's may start later)
+                for partition in range(4):
+                    await provider.wait_pulls(partition, 1)
+            break  # no `async with`: dropping the stream must be enough
+        with anyio.fail_after(1):
+            await wait_for_no_tasks(workers)
+        metrics = coordinator.metrics.latest
+        assert metrics is not None
+        with anyio.fail_after(1):
+            await metrics.wait_finished()
+    assert metrics.status == "cancelled"
+    assert {t.status for t in metrics.tasks.values()} == {"cancelled"}
+    assert sorted(provider.closed) == [0, 1, 2, 3]
 
 
 async def test_cancelling_the_consumer_cancels_the_query_even_with_a_stuck_provider() -> None:
-    with probe() as found:
-        provider = UnitProvider([1_000_000, 5], probe=found, hang={0})
-        async with feed_cluster(1) as (coordinator, workers):
-            with anyio.CancelScope() as scope:
-                async with coordinator.execute(long_scan(provider)) as stream:
-                    async for _ in stream:
-                        scope.cancel()  # e.g. the caller's deadline
-            assert scope.cancelled_caught
-            with anyio.fail_after(1):
-                await wait_for_no_tasks(workers)
-        assert sorted(provider.closed) == [0, 1]
+    provider = UnitProvider([1_000_000, 5], hang={0})
+    async with feed_cluster(1) as (coordinator, workers):
+        with anyio.CancelScope() as scope:
+            async with coordinator.execute(long_scan(provider)) as stream:
+                async for _ in stream:
+                    scope.cancel()  # e.g. the caller's deadline
+        assert scope.cancelled_caught
+        with anyio.fail_after(1):
+            await wait_for_no_tasks(workers)
+    assert sorted(provider.closed) == [0, 1]
 
 
 async def test_queries_share_one_connection_per_worker_and_run_concurrently() -> None:
@@ -99,19 +88,17 @@ async def test_queries_share_one_connection_per_worker_and_run_concurrently() ->
 
 async def test_metrics_give_units_sent_and_received_and_latency_per_partition() -> None:
     counts = [40, 0, 25, 7]
-    with probe() as found:
-        provider = UnitProvider(counts, probe=found)
-        source = unit_scan(provider, probe=found)
-        plan = HashAggregate(
-            Coalesce(source), [(col("partition"), "partition")], [agg("count", name="n")]
-        )
-        async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
-            coordinator,
-            workers,
-        ):
-            async with coordinator.execute(plan) as stream:
-                table = pa.Table.from_batches([b async for b in stream])
-            metrics = coordinator.metrics[stream.query_id]
+    source = unit_scan(UnitProvider(counts))
+    plan = HashAggregate(
+        Coalesce(source), [(col("partition"), "partition")], [agg("count", name="n")]
+    )
+    async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
+        coordinator,
+        workers,
+    ):
+        async with coordinator.execute(plan) as stream:
+            table = pa.Table.from_batches([b async for b in stream])
+        metrics = coordinator.metrics[stream.query_id]
     assert dict(zip(*table.sort_by("partition").to_pydict().values(), strict=True)) == {
         p: n for p, n in enumerate(counts) if n
     }
@@ -145,15 +132,14 @@ async def test_metrics_give_units_sent_and_received_and_latency_per_partition() 
 
 
 async def test_closing_the_coordinator_cancels_its_queries_loudly() -> None:
-    with probe() as found:
-        provider = UnitProvider([1_000_000], probe=found)
-        async with start_workers(1, session_builder=feed_session_builder) as workers:
-            resolver = StaticWorkerResolver([workers[0].location])
-            async with Coordinator(resolver, **coordinator_options()) as coordinator:
-                stream = coordinator.execute(long_scan(provider))
-                await anext(stream)
-            with anyio.fail_after(1):
-                await wait_for_no_tasks(workers)
-            with pytest.raises(Cancelled, match="the coordinator closed"):
-                async for _ in stream:  # what was buffered, then the reason it stopped
-                    pass
+    provider = UnitProvider([1_000_000])
+    async with start_workers(1, session_builder=feed_session_builder) as workers:
+        resolver = StaticWorkerResolver([workers[0].location])
+        async with Coordinator(resolver, **coordinator_options()) as coordinator:
+            stream = coordinator.execute(long_scan(provider))
+            await anext(stream)
+        with anyio.fail_after(1):
+            await wait_for_no_tasks(workers)
+        with pytest.raises(Cancelled, match="the coordinator closed"):
+            async for _ in stream:  # what was buffered, then the reason it stopped
+                pass

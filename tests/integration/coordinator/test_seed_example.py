@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from helpers.feed_scan import coordinator_session, feed_cluster, scan, scan_rows
+from helpers.feed_scan import coordinator_session, feed_cluster
 
+from flightfeed.examples.chunk_scan import scan, scan_rows
 from flightfeed.plan import (
     AggregateMode,
     Coalesce,

@@ -7,19 +7,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 import pytest
-from helpers.feed_scan import (
-    ESTIMATORS,
-    SCAN_SCHEMA,
-    RemoteScan,
-    UnitProvider,
-    UnitScan,
-    UnitScanEstimator,
-    coordinator_options,
-    feed_registry,
-    probe,
-    scan,
-    unit_scan,
-)
+from helpers.feed_scan import ESTIMATORS, coordinator_options, feed_registry
 
 from flightfeed.coordinator import (
     Coordinator,
@@ -32,6 +20,7 @@ from flightfeed.coordinator import (
     format_distributed_plan,
 )
 from flightfeed.errors import InvalidArgument, NotFound
+from flightfeed.examples.chunk_scan import SCAN_SCHEMA, RemoteScan, scan
 from flightfeed.feeds import WorkUnitFeed
 from flightfeed.plan import (
     Coalesce,
@@ -47,6 +36,7 @@ from flightfeed.plan import (
     lit,
     pre_order,
 )
+from flightfeed.testing.feeds import UnitProvider, UnitScan, UnitScanEstimator, unit_scan
 
 
 def planner(estimators: Mapping[str | type, TaskEstimator] | None = None) -> DistributedPlanner:
@@ -91,17 +81,15 @@ def test_task_count(estimation: TaskEstimation, workers: int, partitions: int, t
         def task_estimation(self, plan: ExecutionPlan, /) -> TaskEstimation | None:
             return estimation
 
-    with probe() as found:
-        plan = Coalesce(unit_scan(UnitProvider([1] * partitions), probe=found))
-        (stage,) = planner({UnitScan: Fixed()}).plan(plan, workers).stages
+    plan = Coalesce(unit_scan(UnitProvider([1] * partitions)))
+    (stage,) = planner({UnitScan: Fixed()}).plan(plan, workers).stages
     assert stage.task_count == tasks
     assert stage.partitions_per_task * tasks == partitions
 
 
 def test_a_feed_leaf_without_an_estimator_runs_as_one_task_with_all_its_partitions() -> None:
-    with probe() as found:
-        plan = Coalesce(unit_scan(UnitProvider([1] * 5), probe=found))
-        (stage,) = planner({}).plan(plan, workers=3).stages
+    plan = Coalesce(unit_scan(UnitProvider([1] * 5)))
+    (stage,) = planner({}).plan(plan, workers=3).stages
     assert stage.task_count == 1
     (assignment,) = stage.tasks[0].feeds.values()
     assert list(assignment.partitions) == [0, 1, 2, 3, 4]
@@ -136,20 +124,18 @@ def test_a_scale_up_with_the_wrong_partition_count_is_refused() -> None:
     class Wrong(UnitScanEstimator):
         def scale_up_leaf_node(self, plan: ExecutionPlan, task_count: int, /) -> ExecutionPlan:
             assert isinstance(plan, UnitScan)
-            return UnitScan(plan.feed, 1, plan.total_partitions, probe_name=plan.probe_name)
+            return UnitScan(plan.feed, 1, plan.total_partitions)
 
-    with probe() as found:
-        plan = Coalesce(unit_scan(UnitProvider([1] * 4), probe=found))
-        with pytest.raises(InvalidArgument, match="must own 2"):
-            planner({UnitScan: Wrong(2)}).plan(plan, workers=2)
+    plan = Coalesce(unit_scan(UnitProvider([1] * 4)))
+    with pytest.raises(InvalidArgument, match="must own 2"):
+        planner({UnitScan: Wrong(2)}).plan(plan, workers=2)
 
 
 def test_a_remote_feed_handle_cannot_be_distributed() -> None:
     remote = WorkUnitFeed.from_proto(eight().feed.to_proto(), bytes)
-    with probe() as found:
-        plan = Coalesce(UnitScan(remote, 2, 2, probe_name=found.name))
-        with pytest.raises(InvalidArgument, match="remote handle"):
-            planner({UnitScan: UnitScanEstimator()}).plan(plan, workers=1)
+    plan = Coalesce(UnitScan(remote, 2))
+    with pytest.raises(InvalidArgument, match="remote handle"):
+        planner({UnitScan: UnitScanEstimator()}).plan(plan, workers=1)
 
 
 @pytest.mark.anyio

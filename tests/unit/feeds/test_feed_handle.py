@@ -87,14 +87,8 @@ async def test_a_remote_feed_reads_the_task_inbox_and_fails_without_one() -> Non
 
 @pytest.mark.anyio
 async def test_a_local_feed_decodes_pre_encoded_units() -> None:
-    class Labels:
-        unit_type = Label
-
-        async def feed(self, partition: int, ctx: object) -> AsyncIterator[Label | bytes]:
-            yield Label(name="a")
-            yield bytes(Label(name="b"))
-
-    feed = WorkUnitFeed.new(Labels())
+    provider = UnitProvider(units=[[Label(name="a"), bytes(Label(name="b"))]], unit_type=Label)
+    feed = WorkUnitFeed.new(provider)
     assert [u.name async for u in feed.feed(0, task_context())] == ["a", "b"]
 
 

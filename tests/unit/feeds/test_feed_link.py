@@ -213,23 +213,19 @@ async def test_a_consumer_that_stops_early_stops_its_provider() -> None:
         assert await anext(stream) == b"0:0"
         await stream.aclose()  # type: ignore[attr-defined]
         await link.waiters.until(lambda: link.dispatcher.metrics()[(A, 0)].finished)
-        await link.waiters.until(lambda: provider.closed == [0])
+        await provider.waiters.until(lambda: provider.closed == [0])
     assert provider.pulls[0] <= 1 + 4
 
 
 async def test_remote_feed_decodes_messages_and_raw_bytes_from_providers() -> None:
-    class Labels:
-        unit_type = Label
-
-        async def feed(self, partition: int, ctx: object) -> Any:
-            for i in range(5):
-                label = Label(name=f"p{partition}", value=str(i))
-                yield bytes(label) if i % 2 else label  # pre-encoded units travel as they are
-
-    local = WorkUnitFeed.new(Labels())
+    labels = [[Label(name=f"p{p}", value=str(i)) for i in range(5)] for p in range(5)]
+    # Pre-encoded units travel as they are: every other unit is already bytes.
+    units = [[bytes(u) if i % 2 else u for i, u in enumerate(p)] for p in labels]
+    provider = UnitProvider(units=units, unit_type=Label)
+    local = WorkUnitFeed.new(provider)
     remote = WorkUnitFeed.from_proto(local.to_proto(), Label)
     expected = [(f"p{p}", str(i)) for p in (3, 4) for i in range(5)]
-    async with feed_link({local.id: FeedAssignment(Labels(), [3, 4])}, credits=2) as link:
+    async with feed_link({local.id: FeedAssignment(provider, [3, 4])}, credits=2) as link:
         ctx = task_context()
         ctx.extensions[FEED_INBOX_KEY] = link.inbox
         got = [(u.name, u.value) for p in (0, 1) async for u in remote.feed(p, ctx)]

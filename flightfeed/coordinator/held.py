@@ -1,0 +1,115 @@
+"""Held queries: a query whose tasks wait on the workers to be read, partition by partition,
+by any Flight client (a Spark task, a C++ program), instead of by the coordinator.
+
+The whole plan runs on the workers as one stage (`DistributedPlanner.plan_on_workers`). Each
+output partition of each task is an `Endpoint`: the worker's location and a DoGet ticket
+that runs it. Tasks are replayable, so a partition read again (a retried Spark task) yields
+the same rows. The query is released once every endpoint was read to its end (after a short
+grace, for a reader that retries at once), when it sat unread for `ttl`, or on `release()`;
+releasing half-closes every task's channel, so each worker reports its metrics and drops the
+task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+import pyarrow as pa
+
+from ..protocol import execute_task_ticket
+from .query import QueryRuntime, TaskRun
+from .stage import Stage
+
+DEFAULT_TTL: Final = 300.0
+"""Seconds a held query may go without a read before it is released."""
+DEFAULT_GRACE: Final = 5.0
+"""Seconds a held query lives on after its last endpoint was read (for a quick retry)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One output partition of a held query: where to read it, and the ticket to read it with."""
+
+    task_number: int
+    partition: int
+    location: str
+    ticket: bytes
+
+
+class HeldQuery:
+    """A started query waiting to be read; see the module docstring."""
+
+    def __init__(
+        self,
+        runtime: QueryRuntime,
+        stage: Stage,
+        *,
+        ttl: float = DEFAULT_TTL,
+        grace: float = DEFAULT_GRACE,
+    ) -> None:
+        if not ttl > 0 or grace < 0:
+            raise ValueError(f"a held query needs ttl > 0 and grace >= 0, got {ttl} and {grace}")
+        self.runtime = runtime
+        self.stage = stage
+        self.ttl = ttl
+        self.grace = grace
+        runs = [runtime.tasks[(stage.stage_id, t.task_number)] for t in stage.tasks]
+        self.endpoints: tuple[Endpoint, ...] = tuple(
+            Endpoint(
+                run.task.task_number,
+                partition,
+                run.worker_url,
+                execute_task_ticket(run.key, partition, partition + 1),
+            )
+            for run in runs
+            for partition in range(stage.partitions_per_task)
+        )
+        self._unread = {(e.task_number, e.partition) for e in self.endpoints}
+        self._read_at = anyio.current_time()
+        self._progress = anyio.Event()
+        self._released = anyio.Event()
+        runtime.on_read = self._note_read
+
+    @property
+    def query_id(self) -> bytes:
+        return self.runtime.query_id
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.stage.schema
+
+    @property
+    def unread(self) -> int:
+        """Endpoints not read to their end yet."""
+        return len(self._unread)
+
+    @property
+    def released(self) -> bool:
+        return self._released.is_set()
+
+    def release(self) -> None:
+        """Release the query now (its readers are done, or gave up)."""
+        self._released.set()
+        self._progress.set()
+
+    def _note_read(self, run: TaskRun, partitions: Sequence[int]) -> None:
+        self._unread.difference_update((run.task.task_number, p) for p in partitions)
+        self._read_at = anyio.current_time()
+        self._progress.set()
+
+    async def watch(self) -> None:
+        """Until the query should be released; then half-close every task's channel."""
+        while not self._released.is_set():
+            self._progress = anyio.Event()
+            deadline = self._read_at + (self.ttl if self._unread else self.grace)
+            if anyio.current_time() >= deadline:
+                break
+            with anyio.move_on_at(deadline):
+                await self._progress.wait()
+        self._released.set()
+        for run in self.runtime.tasks.values():
+            if run.channel_open is not None:
+                await run.channel_open.done_sending()

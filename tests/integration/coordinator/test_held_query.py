@@ -1,0 +1,142 @@
+"""Held queries: started by the coordinator, read partition by partition straight from the
+workers by pyarrow's C++ Flight client, re-readable with the same rows, then released."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+
+from flightfeed.coordinator import Coordinator, Endpoint
+from flightfeed.plan import Filter, call, col, lit
+from flightfeed.protocol import MetricsSet
+from flightfeed.testing import start_cluster, wait_for_no_tasks
+from flightfeed.testing.feeds import (
+    UnitProvider,
+    unit_coordinator_options,
+    unit_scan,
+    unit_session_builder,
+)
+from flightfeed.worker import Worker
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def cluster(tasks: int = 2) -> AsyncIterator[tuple[Coordinator, list[Worker]]]:
+    async with start_cluster(
+        2, session_builder=unit_session_builder, **unit_coordinator_options(tasks)
+    ) as found:
+        yield found
+
+
+def cpp_read(endpoint: Endpoint, rows: int | None = None) -> pa.Table:
+    """What a Spark executor does: a DoGet of the endpoint's ticket at its location, with
+    pyarrow's C++ client; `rows` stops early, as a failing task would."""
+    with fl.connect(endpoint.location) as client:
+        reader = client.do_get(fl.Ticket(endpoint.ticket))
+        if rows is None:
+            return reader.read_all()
+        batches: list[pa.RecordBatch] = []
+        while sum(b.num_rows for b in batches) < rows:
+            batches.append(reader.read_chunk().data)
+        return pa.Table.from_batches(batches).slice(0, rows)
+
+
+async def read(endpoint: Endpoint, rows: int | None = None) -> pa.Table:
+    return await anyio.to_thread.run_sync(cpp_read, endpoint, rows)
+
+
+def output_rows(node: MetricsSet) -> int:
+    return sum(m.output_rows.value for m in node.metrics if m.output_rows is not None)
+
+
+def bodies(table: pa.Table) -> list[bytes]:
+    return sorted(table.column("body").to_pylist())
+
+
+async def test_every_endpoint_is_read_from_its_worker_then_the_query_is_released() -> None:
+    provider = UnitProvider([30, 20, 10, 40])
+    async with cluster() as (coordinator, workers):
+        held = await coordinator.hold(unit_scan(provider), grace=0.01)
+        assert len(held.endpoints) == 4
+        assert {e.location for e in held.endpoints} == {w.location for w in workers}
+        tables = [await read(endpoint) for endpoint in held.endpoints]
+        metrics = coordinator.metrics.latest
+        assert metrics is not None
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(workers)
+            await metrics.wait_finished()
+        assert held.released
+    expected = sorted(f"{p}:{i}".encode() for p, n in enumerate([30, 20, 10, 40]) for i in range(n))
+    assert bodies(pa.concat_tables(tables)) == expected
+    assert metrics.status == "finished"
+
+
+async def test_a_partition_read_again_yields_the_same_rows_and_pulls_nothing_new() -> None:
+    provider = UnitProvider([500, 500])
+    async with cluster(tasks=1) as (coordinator, workers):
+        held = await coordinator.hold(unit_scan(provider))
+        first, second = held.endpoints
+        partial = await read(first, rows=3)  # a reader that fails after a few rows
+        complete = await read(first)
+        again = await read(first)
+        assert partial.column("body").to_pylist() == complete.column("body").to_pylist()[:3]
+        assert complete.equals(again)
+        assert complete.num_rows == 500
+        await read(second)
+        held.release()
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(workers)
+    assert provider.pulls == [500, 500]  # every unit was pulled once, the re-reads replayed
+
+
+async def test_filters_in_the_plan_run_on_the_workers() -> None:
+    provider = UnitProvider([50, 50])
+    keep = call("equal", col("partition"), lit(1))
+    async with cluster(tasks=1) as (coordinator, _):
+        held = await coordinator.hold(Filter(unit_scan(provider), keep))
+        tables = [await read(endpoint) for endpoint in held.endpoints]
+        held.release()
+        metrics = coordinator.metrics.latest
+        assert metrics is not None
+        with anyio.fail_after(10):
+            await metrics.wait_finished()
+    assert pa.concat_tables(tables).num_rows == 50
+    (task,) = metrics.tasks.values()
+    assert task.status == "finished"
+    filtered, scanned = (output_rows(node) for node in task.plan_metrics)  # pre-order
+    assert (filtered, scanned) == (50, 100)  # the worker filtered 100 rows down to 50
+
+
+async def test_an_unread_query_is_released_after_its_ttl() -> None:
+    async with cluster() as (coordinator, workers):
+        held = await coordinator.hold(unit_scan(UnitProvider([5, 5])), ttl=0.2)
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(workers)
+        assert held.released
+
+
+async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:
+    provider = UnitProvider([100_000])  # long enough to still be read when the second comes
+
+    def two_readers(endpoint: Endpoint) -> str:
+        with fl.connect(endpoint.location) as client:
+            first = client.do_get(fl.Ticket(endpoint.ticket))
+            first.read_chunk()
+            try:
+                client.do_get(fl.Ticket(endpoint.ticket)).read_all()
+            except pa.ArrowException as exc:  # INVALID_ARGUMENT: pyarrow's ArrowInvalid
+                return str(exc)
+        return "no error"
+
+    async with cluster(tasks=1) as (coordinator, _):
+        held = await coordinator.hold(unit_scan(provider))
+        (endpoint,) = held.endpoints
+        message = await anyio.to_thread.run_sync(two_readers, endpoint)
+        held.release()
+    assert "are being read: a concurrent second read is not supported" in message
