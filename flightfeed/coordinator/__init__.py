@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from .catalog import Catalog, TableDefinition, load_catalog
 from .channels import ChannelResolver
 from .coordinator import Coordinator, QueryStream
 from .display import format_distributed_plan
@@ -19,15 +20,19 @@ from .metrics import FeedPartitionMetrics, MetricsStore, QueryMetrics, TaskRecor
 from .network_coalesce import STAGE_OUTPUTS_KEY, NetworkCoalesce, StageOutputs
 from .planner import PARTITION_MIXING_KINDS, DistributedPlanner, distribute
 from .resolver import InProcessWorkerResolver, StaticWorkerResolver, WorkerResolver
+from .service import CoordinatorService
 from .stage import DistributedPlan, Stage, StageTask
+from .table_query import ParsedTableQuery, parse_table_query, query_plan, table_command
 from .task_runner import DispatchOptions
 from .version import check_worker_version
 
 __all__ = [
     "PARTITION_MIXING_KINDS",
     "STAGE_OUTPUTS_KEY",
+    "Catalog",
     "ChannelResolver",
     "Coordinator",
+    "CoordinatorService",
     "DispatchOptions",
     "DistributedPlan",
     "DistributedPlanner",
@@ -37,12 +42,14 @@ __all__ = [
     "InProcessWorkerResolver",
     "MetricsStore",
     "NetworkCoalesce",
+    "ParsedTableQuery",
     "QueryMetrics",
     "QueryStream",
     "Stage",
     "StageOutputs",
     "StageTask",
     "StaticWorkerResolver",
+    "TableDefinition",
     "TaskEstimation",
     "TaskEstimator",
     "TaskEstimators",
@@ -51,4 +58,8 @@ __all__ = [
     "check_worker_version",
     "distribute",
     "format_distributed_plan",
+    "load_catalog",
+    "parse_table_query",
+    "query_plan",
+    "table_command",
 ]

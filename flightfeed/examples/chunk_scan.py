@@ -2,10 +2,13 @@
 
 `scan(task_count, '3,1', '2', '4', '1,1')` is a leaf whose work is discovered at runtime: a
 ChunkFeedProvider on the coordinator "discovers" chunks of n rows per partition and streams
-them to the workers; the RemoteScan node turns each chunk into n rows (task, partition). It
-wires the four pieces every feed-backed leaf needs: a WorkUnitFeedProvider, a node holding a
-WorkUnitFeed, a PlanCodec (only the feed handle travels) and a TaskEstimator, plus
-`chunk_feed_registry()` so planners find the feed.
+them to the workers; the RemoteScan node turns each chunk into n rows (task, partition). As in
+the reference program, `task` is the task that owns the partition and `partition` is the
+partition's index within that task: with 4 partitions over 2 tasks, both tasks report
+partitions 0 and 1. It wires the four pieces every feed-backed leaf needs: a
+WorkUnitFeedProvider, a node holding a WorkUnitFeed, a PlanCodec (only the feed handle
+travels) and a TaskEstimator, plus `chunk_feed_registry()` so planners find the feed, and
+`catalog()`, which serves `scan` as a table of a coordinator (Spark reads it from there).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._generated.flightfeed.v1 import OutputRows, WorkUnitFeedProto
-from ..coordinator import TaskEstimation
+from ..coordinator import Catalog, TaskEstimation
 from ..errors import InvalidArgument, PlanDecodeError
 from ..feeds import FeedRegistry, WorkUnitFeed
 from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
@@ -29,7 +32,12 @@ from ..session import Session, SessionStateBuilder, WorkerQueryContext
 Chunk: TypeAlias = OutputRows
 """The seed's `Chunk { n_rows }`: any betterproto2 message works as a work unit."""
 
-SCAN_SCHEMA = pa.schema([pa.field("task", pa.int64(), False), pa.field("partition", pa.int64())])
+SCAN_SCHEMA = pa.schema(
+    [
+        pa.field("task", pa.int64(), nullable=False),
+        pa.field("partition", pa.int64(), nullable=False),
+    ]
+)
 
 
 @dataclass
@@ -73,9 +81,9 @@ class RemoteScan(PlanNodeBase):
         global_partition = to_global_partition(
             partition, self.partitions, self.total_partitions, ctx
         )
-        task = global_partition // max(1, self.total_partitions // self.task_count)
+        task, local = divmod(global_partition, max(1, self.total_partitions // self.task_count))
         task_value = pa.scalar(task, pa.int64())
-        partition_value = pa.scalar(global_partition, pa.int64())
+        partition_value = pa.scalar(local, pa.int64())
         async for chunk in self.feed.feed(partition, ctx):
             n = chunk.value  # n rows of two constants: built by Arrow, not row by row
             yield pa.record_batch(
@@ -132,25 +140,49 @@ class RemoteScanEstimator:
 
 
 def parse_chunks(spec: str) -> list[int]:
-    return [int(item) for item in spec.split(",") if item.strip()]
+    """'3,1' → [3, 1]: the chunk sizes of one partition (blank items are skipped)."""
+    sizes = []
+    for item in spec.split(","):
+        if not item.strip():
+            continue
+        try:
+            size = int(item.strip())
+        except ValueError:
+            raise InvalidArgument(f"invalid chunk size {item!r}: not an integer") from None
+        if size < 0:
+            raise InvalidArgument(f"invalid chunk size {item!r}: must not be negative")
+        sizes.append(size)
+    return sizes
 
 
 def scan(task_count: int, *partitions: str, delay: float = 0.0) -> RemoteScan:
-    """`scan(task_count, 'chunks_p0', 'chunks_p1', ...)` as in the seed's SQL."""
+    """`scan(task_count, 'chunks_p0', 'chunks_p1', ...)` as in the seed's SQL; errors as the
+    reference program's."""
+    if isinstance(task_count, bool) or not isinstance(task_count, int):
+        raise InvalidArgument(f"task_count must be an integer literal, got {task_count!r}")
+    if not partitions:
+        raise InvalidArgument("scan(task_count, partitions...) needs at least 2 arguments")
+    for spec in partitions:
+        if not isinstance(spec, str):
+            raise InvalidArgument(f"partition args must be string literals, got {spec!r}")
     chunks = [parse_chunks(spec) for spec in partitions]
-    if task_count < 1 or len(chunks) % task_count:
-        raise InvalidArgument("the partition count must be a non-zero multiple of task_count")
+    if task_count <= 0 or len(chunks) % task_count:
+        raise InvalidArgument(
+            f"partition count ({len(chunks)}) must be a non-zero multiple of task_count"
+            f" ({task_count})"
+        )
     feed = WorkUnitFeed.new(ChunkFeedProvider(chunks, task_count, delay))
     return RemoteScan(feed, len(chunks), len(chunks), task_count)
 
 
 def scan_rows(task_count: int, *partitions: str) -> pa.Table:
-    """What `scan(...)` yields, computed directly: (task, partition) per row."""
+    """What `scan(...)` yields, computed directly: (task, partition within the task) per row."""
     chunks = [parse_chunks(spec) for spec in partitions]
     per_task = len(chunks) // task_count
     rows_per_partition = np.array([sum(sizes) for sizes in chunks], dtype=np.int64)
     partition = np.repeat(np.arange(len(chunks), dtype=np.int64), rows_per_partition)
-    return pa.table([pa.array(partition // per_task), pa.array(partition)], schema=SCAN_SCHEMA)
+    task, local = np.divmod(partition, per_task)
+    return pa.table([pa.array(task), pa.array(local)], schema=SCAN_SCHEMA)
 
 
 def to_global_partition(partition: int, partitions: int, total: int, ctx: TaskContext) -> int:
@@ -173,3 +205,21 @@ async def chunk_session_builder(ctx: WorkerQueryContext) -> Session:
 def chunk_coordinator_session() -> Session:
     """The coordinator's session: it encodes RemoteScan."""
     return SessionStateBuilder().with_codec(RemoteScanCodec()).build()
+
+
+def catalog(delay: float = 0.001) -> Catalog:
+    """A coordinator catalog with the seed's `scan(task_count, 'chunks_p0', ...)` table; each
+    chunk is "discovered" after `delay` seconds, as the reference program pretends to poll."""
+    found = Catalog()
+    found.with_codec(RemoteScanCodec()).with_feed(RemoteScan, lambda node: node.feed)
+    found.with_estimator(RemoteScan.name, RemoteScanEstimator())
+
+    def scan_table(task_count: int, *partitions: str) -> ExecutionPlan:
+        return scan(task_count, *partitions, delay=delay)
+
+    found.table(
+        "scan",
+        scan_table,
+        description="per partition, chunks of n rows discovered at runtime: (task, partition)",
+    )
+    return found

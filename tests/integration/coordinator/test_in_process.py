@@ -24,8 +24,8 @@ async def test_in_process_workers_run_a_feed_query_without_sockets() -> None:
         result = await coordinator.collect(plan)
         await wait_for_no_tasks(workers)
     expected = scan_rows(2, "3,1", "2", "4", "1,1")
-    assert result.sort_by([("partition", "ascending")]).equals(
-        expected.sort_by([("partition", "ascending")])
+    assert result.sort_by([("task", "ascending"), ("partition", "ascending")]).equals(
+        expected.sort_by([("task", "ascending"), ("partition", "ascending")])
     )
 
 

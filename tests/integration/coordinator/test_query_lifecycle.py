@@ -81,9 +81,12 @@ async def test_queries_share_one_connection_per_worker_and_run_concurrently() ->
             await query()
             assert sorted(coordinator.channels.urls) == sorted([first.location, second.location])
         assert first.connections == second.connections == 1
-    expected = scan_rows(*args).sort_by("partition")
+    expected = scan_rows(*args).sort_by([("task", "ascending"), ("partition", "ascending")])
     assert len(results) == 5
-    assert all(r.sort_by("partition").equals(expected) for r in results)
+    assert all(
+        r.sort_by([("task", "ascending"), ("partition", "ascending")]).equals(expected)
+        for r in results
+    )
 
 
 async def test_metrics_give_units_sent_and_received_and_latency_per_partition() -> None:
@@ -99,7 +102,8 @@ async def test_metrics_give_units_sent_and_received_and_latency_per_partition() 
         async with coordinator.execute(plan) as stream:
             table = pa.Table.from_batches([b async for b in stream])
         metrics = coordinator.metrics[stream.query_id]
-    assert dict(zip(*table.sort_by("partition").to_pydict().values(), strict=True)) == {
+    rows = table.to_pydict()
+    assert dict(zip(rows["partition"], rows["n"], strict=True)) == {
         p: n for p, n in enumerate(counts) if n
     }
     assert metrics.status == "finished"

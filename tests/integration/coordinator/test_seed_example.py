@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 from helpers.feed_scan import coordinator_session, feed_cluster
 
+from flightfeed.errors import InvalidArgument
 from flightfeed.examples.chunk_scan import scan, scan_rows
 from flightfeed.plan import (
     AggregateMode,
@@ -66,12 +67,18 @@ async def test_partial_aggregation_runs_on_the_workers() -> None:
 async def test_plain_scan_over_several_tasks_and_workers(tasks: int, workers: int) -> None:
     partitions = [f"{p % 3 + 1},{p % 5}" for p in range(8)]
     plan = Coalesce(scan(tasks, *partitions))
-    expected = scan_rows(tasks, *partitions).sort_by([("partition", "ascending")])
-    assert (await run_locally(plan)).sort_by("partition").equals(expected)
+    expected = scan_rows(tasks, *partitions).sort_by(
+        [("task", "ascending"), ("partition", "ascending")]
+    )
+    assert (
+        (await run_locally(plan))
+        .sort_by([("task", "ascending"), ("partition", "ascending")])
+        .equals(expected)
+    )
     async with feed_cluster(workers) as (coordinator, found):
         result = await coordinator.collect(plan)
         metrics = coordinator.metrics.latest
-    assert result.sort_by("partition").equals(expected)
+    assert result.sort_by([("task", "ascending"), ("partition", "ascending")]).equals(expected)
     assert metrics is not None
     assert len(metrics.tasks) == tasks
     assert {r.worker_url for r in metrics.tasks.values()} == {
@@ -85,7 +92,9 @@ async def test_plans_without_a_boundary_run_on_the_coordinator() -> None:
         assert not coordinator.plan(plan, 2).stages
         result = await coordinator.collect(plan)
         metrics = coordinator.metrics.latest
-    assert result.sort_by("partition").equals(scan_rows(*SEED_ARGS))
+    assert result.sort_by([("task", "ascending"), ("partition", "ascending")]).equals(
+        scan_rows(*SEED_ARGS)
+    )
     assert metrics is not None
     assert not metrics.tasks
 
@@ -99,3 +108,24 @@ async def test_the_distributed_plan_display_shows_stages_tasks_and_workers() -> 
         assert f"task {task} on {worker.location}, feed " in text
         assert f"partitions {2 * task}..{2 * task + 1}" in text
     assert "RemoteScan(tasks=2, partitions=2, chunks=[[3, 1], [2], [4], [1, 1]])" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((2, "3,1", "2", "4"), r"partition count \(3\) must be a non-zero multiple of task_count"),
+        ((0, "1"), r"partition count \(1\) must be a non-zero multiple of task_count \(0\)"),
+        ((2, "3,x"), "invalid chunk size 'x': not an integer"),
+        ((2,), r"scan\(task_count, partitions...\) needs at least 2 arguments"),
+        (("2", "1", "1"), "task_count must be an integer literal"),
+    ],
+)
+def test_invalid_arguments_fail_as_in_the_reference(args: tuple[object, ...], message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        scan(*args)  # type: ignore[arg-type]
+
+
+def test_partitions_are_numbered_within_their_task_as_in_the_reference() -> None:
+    rows = scan_rows(*SEED_ARGS).group_by(["task", "partition"]).aggregate([([], "count_all")])
+    counts = {(t, p): n for t, p, n in zip(*rows.to_pydict().values(), strict=True)}
+    assert counts == {(0, 0): 4, (0, 1): 2, (1, 0): 4, (1, 1): 2}

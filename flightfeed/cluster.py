@@ -1,0 +1,92 @@
+"""A coordinator's Flight service over workers: what `flightfeed coordinator` runs, and what an
+application embeds.
+
+    async with serve(catalog, local_workers=2) as cluster:
+        print(cluster.location)   # grpc://127.0.0.1:PORT: any Flight client queries the catalog
+
+`serve_in_background` runs the same on its own event loop in a thread, for synchronous code
+such as a PySpark driver: Spark's executors then read the tables from the workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from .coordinator import Coordinator, StaticWorkerResolver
+from .coordinator.catalog import Catalog
+from .coordinator.held import DEFAULT_GRACE, DEFAULT_TTL
+from .coordinator.service import CoordinatorService
+from .errors import InvalidArgument
+from .flight.server import FlightServer
+from .flight.tuning import apply_process_tuning, use_uvloop_default
+from .protocol import TYPED_ERRORS
+from .worker import Worker, WorkerConfig
+
+
+@dataclass(eq=False)
+class CoordinatorCluster:
+    """A running coordinator service: its location, and the parts behind it."""
+
+    location: str
+    coordinator: Coordinator
+    service: CoordinatorService
+    workers: list[Worker] = field(default_factory=list)
+    """The local workers it started (not the remote ones it was given)."""
+    portal: BlockingPortal | None = None
+    """With serve_in_background: runs calls on the cluster's event loop."""
+
+
+@asynccontextmanager
+async def serve(
+    catalog: Catalog,
+    *,
+    workers: Sequence[str] = (),
+    local_workers: int = 0,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    worker_config: WorkerConfig | None = None,
+    ttl: float = DEFAULT_TTL,
+    grace: float = DEFAULT_GRACE,
+    **coordinator_options: Any,
+) -> AsyncIterator[CoordinatorCluster]:
+    """Serve `catalog` on `host:port` over the `workers` given and `local_workers` started
+    here (real gRPC servers on free ports, which decode the catalog's nodes)."""
+    if local_workers < 0:
+        raise InvalidArgument(f"local_workers must be 0 or more, got {local_workers}")
+    async with AsyncExitStack() as stack:
+        local = [
+            await stack.enter_async_context(
+                Worker(host=host, session_builder=catalog.worker_session, config=worker_config)
+            )
+            for _ in range(local_workers)
+        ]
+        urls = [*workers, *(worker.location for worker in local)]
+        if not urls:
+            raise InvalidArgument("a coordinator needs workers: give worker URLs or local workers")
+        options = catalog.coordinator_options() | coordinator_options
+        coordinator = await stack.enter_async_context(
+            Coordinator(StaticWorkerResolver(urls), **options)
+        )
+        service = CoordinatorService(coordinator, catalog, ttl=ttl, grace=grace)
+        server = await stack.enter_async_context(
+            FlightServer(service, host=host, port=port, errors=TYPED_ERRORS)
+        )
+        yield CoordinatorCluster(server.location, coordinator, service, local)
+
+
+@contextmanager
+def serve_in_background(catalog: Catalog, **options: Any) -> Iterator[CoordinatorCluster]:
+    """`serve(catalog, **options)` on an event loop of its own, in a thread."""
+    apply_process_tuning()
+    backend_options = {"use_uvloop": use_uvloop_default()}
+    with (
+        start_blocking_portal("asyncio", backend_options) as portal,
+        portal.wrap_async_context_manager(serve(catalog, **options)) as cluster,
+    ):
+        cluster.portal = portal
+        yield cluster

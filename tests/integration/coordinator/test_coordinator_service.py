@@ -1,0 +1,141 @@
+"""The coordinator as a Flight service: pyarrow's C++ client lists the catalog, asks for a
+query's schema and FlightInfo, and reads every endpoint straight from the workers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+
+from flightfeed.cluster import CoordinatorCluster, serve
+from flightfeed.coordinator import Catalog
+from flightfeed.coordinator.table_query import table_command
+from flightfeed.errors import InvalidArgument
+from flightfeed.plan import ExecutionPlan, call, col, lit
+from flightfeed.testing import wait_for_no_tasks
+from flightfeed.testing.feeds import (
+    UnitProvider,
+    UnitScan,
+    UnitScanCodec,
+    UnitScanEstimator,
+    unit_scan,
+)
+
+pytestmark = pytest.mark.anyio
+T = TypeVar("T")
+
+
+def catalog() -> Catalog:
+    found = Catalog()
+    found.with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
+    found.with_estimator(UnitScan.name, UnitScanEstimator(2))
+
+    @found.table("units", description="per partition, units b'<p>:<i>'")
+    def units(partitions: int, per_partition: int) -> ExecutionPlan:
+        if partitions < 1 or partitions % 2:
+            raise InvalidArgument(f"partitions must be a positive even number, got {partitions}")
+        return unit_scan(UnitProvider([per_partition] * partitions))
+
+    return found
+
+
+@asynccontextmanager
+async def service() -> AsyncIterator[CoordinatorCluster]:
+    async with serve(catalog(), local_workers=2, grace=0.01) as cluster:
+        yield cluster
+
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+def read_query(location: str, command: bytes) -> tuple[fl.FlightInfo, pa.Table]:
+    """What any Flight client does: GetFlightInfo, then DoGet each endpoint where it is."""
+    with fl.connect(location) as client:
+        info = client.get_flight_info(fl.FlightDescriptor.for_command(command))
+    parts = []
+    for endpoint in info.endpoints:
+        with fl.connect(endpoint.locations[0]) as worker:
+            parts.append(worker.do_get(endpoint.ticket).read_all())
+    return info, pa.concat_tables(parts)
+
+
+async def test_a_query_is_read_in_parallel_from_the_workers_then_released() -> None:
+    async with service() as cluster:
+        info, table = await in_thread(read_query, cluster.location, table_command("units", [4, 25]))
+        assert len(info.endpoints) == 4  # one per output partition
+        assert {e.locations[0].uri.decode() for e in info.endpoints} == {
+            w.location for w in cluster.workers
+        }
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(cluster.workers)  # every endpoint read: released
+    assert table.num_rows == 100
+    assert sorted(set(table.column("partition").to_pylist())) == [0, 1, 2, 3]
+
+
+async def test_filters_and_columns_run_on_the_workers() -> None:
+    keep = call("less", col("partition"), lit(2))
+    command = table_command("units", [4, 25], columns=["body", "partition"], filters=[keep])
+    async with service() as cluster:
+        info, table = await in_thread(read_query, cluster.location, command)
+    assert info.schema.names == ["body", "partition"]
+    assert table.num_rows == 50
+    assert set(table.column("partition").to_pylist()) == {0, 1}
+
+
+async def test_the_catalog_and_schemas_answer_without_starting_anything() -> None:
+    def ask(location: str) -> tuple[list[fl.FlightInfo], pa.Schema]:
+        with fl.connect(location) as client:
+            listed = list(client.list_flights())
+            command = fl.FlightDescriptor.for_command(table_command("units", [2, 1]))
+            return listed, client.get_schema(command).schema
+
+    async with service() as cluster:
+        listed, schema = await in_thread(ask, cluster.location)
+        assert not any(len(w.registry) for w in cluster.workers)
+    assert [info.descriptor.path for info in listed] == [[b"units"]]
+    assert b'"units(partitions: int, per_partition: int)"' in listed[0].app_metadata
+    assert schema.names == ["partition", "body", "units"]
+
+
+@pytest.mark.parametrize(
+    ("command", "error", "message"),
+    [
+        (table_command("nope"), pa.ArrowKeyError, "no table 'nope' in this coordinator's"),
+        (table_command("units", [3, 1]), pa.ArrowInvalid, "partitions must be a positive even"),
+        (table_command("units", [2]), pa.ArrowInvalid, "missing a required argument"),
+        (table_command("units", ["x", 1]), pa.ArrowInvalid, "partitions must be int, got 'x'"),
+        (b"\xff\xff", pa.ArrowInvalid, "not a TableQuery"),
+    ],
+)
+async def test_bad_queries_get_clear_errors(
+    command: bytes, error: type[Exception], message: str
+) -> None:
+    def ask(location: str) -> None:
+        with fl.connect(location) as client:
+            client.get_flight_info(fl.FlightDescriptor.for_command(command))
+
+    async with service() as cluster:
+        with pytest.raises(error, match=message):
+            await in_thread(ask, cluster.location)
+
+
+async def test_release_ends_a_query_that_is_not_read() -> None:
+    def start_and_release(location: str) -> bytes:
+        with fl.connect(location) as client:
+            info = client.get_flight_info(
+                fl.FlightDescriptor.for_command(table_command("units", [2, 10]))
+            )
+            list(client.do_action(fl.Action("release", info.app_metadata)))
+            return bytes(info.app_metadata)
+
+    async with service() as cluster:
+        query_id = await in_thread(start_and_release, cluster.location)
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(cluster.workers)
+        assert query_id not in cluster.service.held
