@@ -17,7 +17,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from ..errors import FlightfeedError, InvalidArgument, NotFound
 from ..feeds import FeedRegistry, WorkUnitFeed
@@ -59,6 +59,14 @@ class Catalog:
     estimators: dict[EstimatorKey, TaskEstimator] = field(default_factory=dict)
 
     # -- building it ------------------------------------------------------------------------
+
+    @overload
+    def table(
+        self, name: str, factory: None = None, *, description: str = ""
+    ) -> Callable[[F], F]: ...
+
+    @overload
+    def table(self, name: str, factory: F, *, description: str = "") -> F: ...
 
     def table(
         self, name: str, factory: F | None = None, *, description: str = ""
