@@ -2,6 +2,8 @@
 
 flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--keepalive SECONDS] [--keepalive-timeout SECONDS]
+flightfeed coordinator --port 8815 --tables pkg.module:catalog
+                  (--worker grpc://host:port ... | --local-workers N)
 flightfeed demo      the main job on an embedded default (see README)
 flightfeed --version
 """
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 import anyio
 
 from ._version import __version__
-from .errors import FlightfeedError
+from .errors import FlightfeedError, InvalidArgument
 from .flight.keepalive import KeepalivePolicy
 from .flight.tuning import run
 from .worker.config import WorkerConfig
@@ -54,6 +56,39 @@ def _worker(args: argparse.Namespace) -> int:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     break
         print("flightfeed worker stopped", flush=True)
+
+    run(main, use_uvloop=not args.no_uvloop)
+    return 0
+
+
+def _coordinator(args: argparse.Namespace) -> int:
+    from .cluster import serve
+    from .coordinator import load_catalog
+
+    catalog = load_catalog(args.tables)  # a bad path fails here, before anything starts
+    if not args.worker and not args.local_workers:
+        raise InvalidArgument("give the workers: --worker URL (repeatable) or --local-workers N")
+
+    async def main() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with serve(
+                catalog,
+                workers=args.worker,
+                local_workers=args.local_workers,
+                host=args.host,
+                port=args.port,
+                ttl=args.query_ttl,
+            ) as cluster:
+                tables = ", ".join(sorted(catalog.tables)) or "no tables"
+                print(
+                    f"flightfeed coordinator listening on {cluster.location} ({tables};"
+                    f" {len(args.worker) + args.local_workers} workers)",
+                    flush=True,
+                )
+                async for signum in signals:
+                    log.info("received %s, shutting down", signal.Signals(signum).name)
+                    break
+        print("flightfeed coordinator stopped", flush=True)
 
     run(main, use_uvloop=not args.no_uvloop)
     return 0
@@ -126,6 +161,41 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {default_keepalive.timeout:g})",
     )
     worker.set_defaults(func=_worker)
+
+    coordinator = commands.add_parser(
+        "coordinator",
+        help="run a coordinator: a Flight service that queries a catalog of tables on workers",
+    )
+    coordinator.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
+    coordinator.add_argument("--port", type=int, default=8815, help="port (default 8815; 0 = any)")
+    coordinator.add_argument(
+        "--tables",
+        required=True,
+        metavar="MODULE:CATALOG",
+        help="import path of a flightfeed Catalog, e.g. flightfeed.examples.chunk_scan:catalog",
+    )
+    coordinator.add_argument(
+        "--worker",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a worker's grpc://host:port (repeat for each worker)",
+    )
+    coordinator.add_argument(
+        "--local-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start N workers in this process, on free ports",
+    )
+    coordinator.add_argument(
+        "--query-ttl",
+        type=_positive_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="release a query nobody read for this long (default 300)",
+    )
+    coordinator.set_defaults(func=_coordinator)
 
     demo = commands.add_parser("demo", help="run the main job on an embedded default")
     demo.add_argument("--workers", type=int, default=2, help="local workers to start (default 2)")

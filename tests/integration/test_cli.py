@@ -191,3 +191,65 @@ def test_bad_keepalive_options_are_refused_clearly(
         build_parser().parse_args(["worker", *argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_coordinator_serves_the_seed_scan_to_any_flight_client() -> None:
+    """`flightfeed coordinator`: a process with a catalog and local workers; pyarrow's client
+    runs the seed's scan through it, reading each endpoint from its worker."""
+    from flightfeed.coordinator import table_command
+    from flightfeed.examples.chunk_scan import scan_rows
+
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "flightfeed.cli", "coordinator", "--port", "0",
+            "--tables", "flightfeed.examples.chunk_scan:catalog", "--local-workers", "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on grpc://" in line, line + (proc.stderr.read() if proc.stderr else "")
+        assert "(scan; 2 workers)" in line
+        location = line.split("listening on ", 1)[1].split(" ", 1)[0]
+        seed = (2, "3,1", "2", "4", "1,1")
+        with flight.connect(location) as client:
+            descriptor = flight.FlightDescriptor.for_command(table_command("scan", seed))
+            info = client.get_flight_info(descriptor)
+        parts = []
+        for endpoint in info.endpoints:
+            with flight.connect(endpoint.locations[0]) as worker:
+                parts.append(worker.do_get(endpoint.ticket).read_all())
+        got = pa.concat_tables(parts).sort_by([("task", "ascending"), ("partition", "ascending")])
+        want = scan_rows(*seed).sort_by([("task", "ascending"), ("partition", "ascending")])
+        assert got.equals(want)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_coordinator_without_workers_or_catalog_is_a_clear_error() -> None:
+    run_cli = [sys.executable, "-m", "flightfeed.cli", "coordinator"]
+    no_workers = subprocess.run(
+        [*run_cli, "--tables", "flightfeed.examples.chunk_scan:catalog"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert no_workers.returncode == 2
+    assert "give the workers: --worker URL (repeatable) or --local-workers N" in no_workers.stderr
+    bad_catalog = subprocess.run(
+        [*run_cli, "--tables", "no_such_module:catalog", "--local-workers", "1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad_catalog.returncode == 2
+    assert "cannot import 'no_such_module'" in bad_catalog.stderr
+    assert "Traceback" not in bad_catalog.stderr
