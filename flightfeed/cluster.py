@@ -52,16 +52,22 @@ async def serve(
     worker_config: WorkerConfig | None = None,
     ttl: float = DEFAULT_TTL,
     grace: float = DEFAULT_GRACE,
+    session_builder: Any = None,
     **coordinator_options: Any,
 ) -> AsyncIterator[CoordinatorCluster]:
     """Serve `catalog` on `host:port` over the `workers` given and `local_workers` started
-    here (real gRPC servers on free ports, which decode the catalog's nodes)."""
+    here (real gRPC servers on free ports whose sessions decode the catalog's nodes, or come
+    from `session_builder`)."""
     if local_workers < 0:
         raise InvalidArgument(f"local_workers must be 0 or more, got {local_workers}")
     async with AsyncExitStack() as stack:
         local = [
             await stack.enter_async_context(
-                Worker(host=host, session_builder=catalog.worker_session, config=worker_config)
+                Worker(
+                    host=host,
+                    session_builder=session_builder or catalog.worker_session,
+                    config=worker_config,
+                )
             )
             for _ in range(local_workers)
         ]

@@ -29,6 +29,8 @@ from flightfeed.testing import LoopWatchdog
 
 apply_process_tuning()
 
+pytest_plugins = ["helpers.spark_fixtures"]
+
 # CI runs must be reproducible: the same examples every run (a failure locally still shrinks
 # and reports its seed). Elsewhere hypothesis explores fresh examples each time.
 settings.register_profile("ci", derandomize=True, print_blob=True)
@@ -101,3 +103,11 @@ async def event_loop_guard() -> AsyncIterator[None]:
             yield
     if watchdog.stalls:
         pytest.fail(watchdog.report(), pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under tests/spark/ are marked `spark` (select or skip them with -m)."""
+    for item in items:
+        if "tests/spark/" in str(item.path).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.spark)

@@ -4,8 +4,9 @@ by any Flight client (a Spark task, a C++ program), instead of by the coordinato
 The whole plan runs on the workers as one stage (`DistributedPlanner.plan_on_workers`). Each
 output partition of each task is an `Endpoint`: the worker's location and a DoGet ticket
 that runs it. Tasks are replayable, so a partition read again (a retried Spark task) yields
-the same rows. The query is released once every endpoint was read to its end (after a short
-grace, for a reader that retries at once), when it sat unread for `ttl`, or on `release()`;
+the same rows. The query is released once every endpoint was read to its end and no read came
+for `grace` seconds (readers may read again: Spark samples a scan before sorting it), when it
+sat unread for `ttl`, or on `release()`;
 releasing half-closes every task's channel, so each worker reports its metrics and drops the
 task.
 """
@@ -25,8 +26,9 @@ from .stage import Stage
 
 DEFAULT_TTL: Final = 300.0
 """Seconds a held query may go without a read before it is released."""
-DEFAULT_GRACE: Final = 5.0
-"""Seconds a held query lives on after its last endpoint was read (for a quick retry)."""
+DEFAULT_GRACE: Final = 60.0
+"""Seconds a held query lives on after its last endpoint was read: Spark may read a scan more
+than once (a range partitioner samples it first, a lost shuffle output is recomputed)."""
 
 
 @dataclass(frozen=True)

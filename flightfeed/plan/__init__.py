@@ -23,7 +23,7 @@ from .codec import (
 from .display import format_plan
 from .execution import collect, collect_partition, open_task_context
 from .expr import Call, Column, Expr, Literal, call, col, evaluate, lit, output_type
-from .expr_proto import expr_from_proto, expr_to_proto
+from .expr_proto import decode_expr, encode_expr, expr_from_proto, expr_to_proto
 from .functions import (
     BUILTINS,
     AggregateUdf,
@@ -105,6 +105,8 @@ __all__ = [
     "encode_partitioning",
     "encode_plan",
     "evaluate",
+    "decode_expr",
+    "encode_expr",
     "expr_from_proto",
     "expr_to_proto",
     "format_plan",

@@ -13,6 +13,7 @@ from ..errors import PlanDecodeError
 from .arrow_ipc import read_ipc_stream, write_ipc_stream
 from .expr import Call, Column, Expr, Literal
 from .options_codec import decode_options, encode_options
+from .protobuf import parse_message
 
 MAX_EXPR_DEPTH = 256
 """Deeper expression trees are rejected: they only come from bugs or hostile peers."""
@@ -86,3 +87,13 @@ def named_from_proto(msg: NamedExpr) -> tuple[Expr, str]:
     if not msg.name:
         raise PlanDecodeError("named expression without a name")
     return expr_from_proto(msg.expr), msg.name
+
+
+def encode_expr(expr: Expr) -> bytes:
+    """An expression as flightfeed.v1.Expr bytes."""
+    return bytes(expr_to_proto(expr))
+
+
+def decode_expr(data: bytes) -> Expr:
+    """An expression from untrusted flightfeed.v1.Expr bytes; PlanDecodeError if malformed."""
+    return expr_from_proto(parse_message(ExprProto, data, "expression bytes"))

@@ -1,0 +1,119 @@
+"""Spark's pushed filters as flightfeed expressions, which the workers evaluate with Arrow C++.
+
+A filter is pushed only when its meaning is the same in both engines, SQL's three-valued
+logic included: a comparison of a top-level column with a literal that Arrow can cast to the
+column's type, IN, IS (NOT) NULL, string prefix/suffix/substring tests, and NOT of those that
+propagate NULLs as SQL does (not of IN or <=>, where Arrow's answer for a NULL differs).
+Anything else (a nested column, a literal of the wrong type) stays with Spark, which then
+filters those rows itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..plan import Expr, call, col, lit
+
+_COMPARISONS: dict[str, str] = {
+    "EqualTo": "equal",
+    "GreaterThan": "greater",
+    "GreaterThanOrEqual": "greater_equal",
+    "LessThan": "less",
+    "LessThanOrEqual": "less_equal",
+}
+_STRING_TESTS: dict[str, str] = {
+    "StringStartsWith": "starts_with",
+    "StringEndsWith": "ends_with",
+    "StringContains": "match_substring",
+}
+_NEGATABLE = frozenset({*_COMPARISONS, *_STRING_TESTS, "IsNull", "IsNotNull"})
+"""Filters whose NOT means the same in Arrow as in SQL (NULL in, NULL or a definite answer out)."""
+
+
+def to_expr(spark_filter: Any, schema: pa.Schema) -> Expr | None:
+    """The flightfeed expression of a pyspark.sql.datasource Filter, or None if it cannot be
+    pushed (Spark keeps it)."""
+    kind = type(spark_filter).__name__
+    if kind == "Not":
+        if type(spark_filter.child).__name__ not in _NEGATABLE:
+            return None
+        inner = to_expr(spark_filter.child, schema)
+        return call("invert", inner) if inner is not None else None
+    column = _column(spark_filter, schema)
+    if column is None:
+        return None
+    name, field = column
+    if kind == "IsNull":
+        return call("is_null", col(name))
+    if kind == "IsNotNull":
+        return call("is_valid", col(name))
+    if kind in _COMPARISONS:
+        value = _literal(spark_filter.value, field.type)
+        return call(_COMPARISONS[kind], col(name), value) if value is not None else None
+    if kind == "EqualNullSafe":  # NULL <=> x is false for x not null: equal, then filtered
+        if spark_filter.value is None:
+            return call("is_null", col(name))
+        value = _literal(spark_filter.value, field.type)
+        return call("equal", col(name), value) if value is not None else None
+    if kind == "In":
+        return _is_in(name, field, spark_filter.value)
+    if kind in _STRING_TESTS and pa.types.is_string(field.type):
+        pattern = spark_filter.value
+        if not isinstance(pattern, str):
+            return None
+        options = pc.MatchSubstringOptions(pattern)
+        return call(_STRING_TESTS[kind], col(name), options=options)
+    return None
+
+
+def _column(spark_filter: Any, schema: pa.Schema) -> tuple[str, pa.Field] | None:
+    attribute = getattr(spark_filter, "attribute", None)
+    if not isinstance(attribute, tuple) or len(attribute) != 1:
+        return None  # a nested field: not pushed
+    name = attribute[0]
+    index = schema.get_field_index(name)
+    if index < 0:
+        return None
+    return name, schema.field(index)
+
+
+def _literal(value: Any, type_: pa.DataType) -> Expr | None:
+    """`value` as a literal of the column's type, or None if Arrow cannot make it one."""
+    scalar = _scalar(value, type_)
+    return lit(scalar) if scalar is not None else None
+
+
+def _scalar(value: Any, type_: pa.DataType) -> pa.Scalar | None:
+    if value is None:
+        return None
+    try:
+        return pa.scalar(value).cast(type_)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
+
+
+def _is_in(name: str, field: pa.Field, values: Any) -> Expr | None:
+    if not isinstance(values, tuple | list) or not values:
+        return None
+    given = [v for v in values if v is not None]  # a NULL in the list never matches
+    scalars = [s for s in (_scalar(v, field.type) for v in given) if s is not None]
+    if not scalars or len(scalars) != len(given):
+        return None
+    value_set = pa.array([s.as_py() for s in scalars], type=field.type)
+    return call("is_in", col(name), options=pc.SetLookupOptions(value_set))
+
+
+def split_filters(filters: list[Any], schema: pa.Schema) -> tuple[list[Expr], list[Any]]:
+    """(what flightfeed runs, what Spark must still run)."""
+    pushed: list[Expr] = []
+    kept: list[Any] = []
+    for spark_filter in filters:
+        expr = to_expr(spark_filter, schema)
+        if expr is None:
+            kept.append(spark_filter)
+        else:
+            pushed.append(expr)
+    return pushed, kept

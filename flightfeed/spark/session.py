@@ -1,0 +1,94 @@
+"""Getting Spark ready for flightfeed: register the data source, and say clearly what is missing
+(a Java runtime, flightfeed in the Python that Spark's workers run).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from .._version import __version__
+from ..errors import FlightfeedError
+from .source import FlightfeedDataSource
+
+LOCAL_DEFAULTS: Mapping[str, str] = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def register(spark: Any, *, check_workers: bool = True) -> None:
+    """Register the `flightfeed` data source on a session (classic or Spark Connect), turn on
+    filter pushdown for Python data sources, and check that Spark's Python workers import this
+    flightfeed version."""
+    spark.dataSource.register(FlightfeedDataSource)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    if check_workers:
+        check_python_workers(spark)
+
+
+def _worker_version(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Runs in a Spark Python worker: unpickling it imports flightfeed there (or fails)."""
+    for _ in batches:
+        yield pa.record_batch({"version": pa.array([__version__])})
+
+
+def check_python_workers(spark: Any) -> None:
+    """FlightfeedError unless Spark's Python workers run this flightfeed version."""
+    try:
+        rows = spark.range(1, numPartitions=1).mapInArrow(_worker_version, "version string")
+        versions = {row.version for row in rows.collect()}
+    except Exception as exc:
+        text = str(exc)
+        if "No module named 'flightfeed'" in text or "ModuleNotFoundError" in text:
+            python = os.environ.get("PYSPARK_PYTHON") or "the default python3"
+            raise FlightfeedError(
+                f"Spark's Python workers cannot import flightfeed (PYSPARK_PYTHON={python}):"
+                " install flightfeed[spark] in that interpreter, or set PYSPARK_PYTHON to one"
+                f" that has it (this driver runs {sys.executable})"
+            ) from None
+        raise
+    if versions != {__version__}:
+        raise FlightfeedError(
+            f"Spark's Python workers run flightfeed {sorted(versions)}, this driver runs"
+            f" {__version__}: install the same version everywhere"
+        )
+
+
+def java_runtime() -> str:
+    """The Java Spark will start, or FlightfeedError saying how to get one."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = os.path.join(java_home, "bin", "java")
+        if os.access(candidate, os.X_OK):
+            return candidate
+        raise FlightfeedError(f"JAVA_HOME={java_home} has no bin/java: point it at a JDK 17+")
+    found = shutil.which("java")
+    if found is None:
+        raise FlightfeedError(
+            "Spark needs a Java runtime (JDK 17 or newer) and none was found: install one"
+            " (e.g. apt install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    return found
+
+
+def local_session(app_name: str = "flightfeed", master: str = "local[2]", **conf: str) -> Any:
+    """A SparkSession ready for flightfeed: a local one by default, or `master` (a cluster
+    URL); Spark's Python workers run this interpreter unless PYSPARK_PYTHON says otherwise."""
+    java_runtime()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name).master(master)
+    for key, value in {**LOCAL_DEFAULTS, **conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark

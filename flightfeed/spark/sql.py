@@ -1,0 +1,102 @@
+"""Catalog tables as SQL table functions in Spark: `SELECT ... FROM scan(2, '3,1', '2')`.
+
+Spark SQL has no Python table functions that run distributed, so the query is rewritten first
+(with sqlglot, in Spark's dialect): each call of a catalog table in a FROM or JOIN becomes a
+temporary view over the `flightfeed` data source with those arguments, which Spark reads in
+parallel, one partition per endpoint. The rest of the SQL is Spark's own.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as fl
+import sqlglot
+from sqlglot import exp
+
+from ..errors import InvalidArgument
+from .client import flight_error
+from .source import SOURCE_NAME
+
+Argument = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class TableCall:
+    """One call of a catalog table in a query, and the view that stands for it."""
+
+    view: str
+    table: str
+    arguments: tuple[Argument, ...]
+
+
+def rewrite(query: str, tables: Collection[str]) -> tuple[str, list[TableCall]]:
+    """The query with every call of a table in `tables` replaced by a view, and the calls."""
+    try:
+        tree = sqlglot.parse_one(query, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        raise InvalidArgument(f"cannot parse the SQL: {exc}") from None
+    known = {name.lower(): name for name in tables}
+    calls: list[TableCall] = []
+    for table in list(tree.find_all(exp.Table)):
+        function = table.this
+        if not isinstance(function, exp.Anonymous) or function.name.lower() not in known:
+            continue
+        name = known[function.name.lower()]
+        arguments = tuple(_argument(name, i, arg) for i, arg in enumerate(function.expressions))
+        view = f"__flightfeed_{name}_{uuid.uuid4().hex[:12]}"  # unique: queries may overlap
+        table.set("this", exp.to_identifier(view))
+        calls.append(TableCall(view, name, arguments))
+    return tree.sql(dialect="spark"), calls
+
+
+def _argument(table: str, index: int, node: exp.Expression) -> Argument:
+    """A literal argument's value (numbers, strings, booleans, negative numbers)."""
+    negative = isinstance(node, exp.Neg)
+    inner = node.this if negative else node
+    if isinstance(inner, exp.Boolean) and not negative:
+        return bool(inner.this)
+    if isinstance(inner, exp.Literal):
+        if inner.is_string and not negative:
+            return str(inner.this)
+        if not inner.is_string:
+            text = str(inner.this)
+            value: int | float = float(text) if any(c in text for c in ".eE") else int(text)
+            return -value if negative else value
+    raise InvalidArgument(
+        f"argument {index} of {table}(...) must be a literal, got {node.sql(dialect='spark')}"
+    )
+
+
+def catalog_tables(uri: str) -> list[str]:
+    """The table names a coordinator serves (ListFlights)."""
+    try:
+        with fl.connect(uri) as client:
+            return [info.descriptor.path[0].decode() for info in client.list_flights()]
+    except (fl.FlightError, pa.ArrowException, OSError) as exc:
+        raise flight_error(uri, "ListFlights", exc) from None
+
+
+def sql(
+    spark: Any,
+    uri: str,
+    query: str,
+    *,
+    tables: Collection[str] | None = None,
+    options: Mapping[str, str] | None = None,
+) -> Any:
+    """Run Spark SQL in which the coordinator's tables are called as table functions; returns
+    the DataFrame. `options` go to every flightfeed read (headers as `header.NAME`)."""
+    rewritten, calls = rewrite(query, catalog_tables(uri) if tables is None else tables)
+    for call in calls:
+        reader = spark.read.format(SOURCE_NAME).option("uri", uri).option("table", call.table)
+        reader = reader.option("args", json.dumps(list(call.arguments)))
+        for key, value in (options or {}).items():
+            reader = reader.option(key, value)
+        reader.load().createOrReplaceTempView(call.view)
+    return spark.sql(rewritten)

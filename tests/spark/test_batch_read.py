@@ -1,0 +1,159 @@
+"""Spark reads flightfeed tables as DataFrames, in parallel, straight from the workers: the
+seed's query in SQL (checked against DuckDB on the same rows), views, pushed filters, task
+retries, per-query headers, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from helpers.spark_catalog import NUMBERS
+
+from flightfeed.cluster import CoordinatorCluster
+from flightfeed.coordinator import QueryMetrics
+from flightfeed.examples.chunk_scan import scan_rows
+from flightfeed.protocol import MetricsSet
+from flightfeed.spark import sql
+
+SEED = (2, "3,1", "2", "4", "1,1")
+SEED_SQL = (
+    "SELECT count(*) AS cnt, task FROM scan(2, '3,1', '2', '4', '1,1') GROUP BY task ORDER BY task"
+)
+
+
+def duck(query: str, **tables: pa.Table) -> list[tuple[Any, ...]]:
+    """`query` run by DuckDB, an independent engine, over the given Arrow tables."""
+    with duckdb.connect() as connection:
+        for name, table in tables.items():
+            connection.register(name, table)
+        return [tuple(row) for row in connection.execute(query).fetchall()]
+
+
+def reference(query: str) -> list[tuple[Any, ...]]:
+    """The same SQL run by DuckDB over the rows the seed's scan yields."""
+    rewritten = query.replace("scan(2, '3,1', '2', '4', '1,1')", "scan")
+    return duck(rewritten, scan=scan_rows(*SEED))
+
+
+def rows(df: Any) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in df.collect()]
+
+
+def read(spark: Any, service: CoordinatorCluster, table: str, *args: Any, **options: str) -> Any:
+    reader = spark.read.format("flightfeed").option("uri", service.location)
+    reader = reader.option("table", table).option("args", json.dumps(list(args)))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_the_seed_query_runs_in_spark_sql(spark: Any, service: CoordinatorCluster) -> None:
+    result = rows(sql(spark, service.location, SEED_SQL))
+    assert result == reference(SEED_SQL) == [(6, 0), (6, 1)]
+
+
+def test_every_row_of_the_seed_scan_in_order(spark: Any, service: CoordinatorCluster) -> None:
+    query = "SELECT * FROM scan(2, '3,1', '2', '4', '1,1') ORDER BY task, partition"
+    assert rows(sql(spark, service.location, query)) == reference(query)
+
+
+def test_one_spark_partition_per_flightfeed_partition(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    df = read(spark, service, "scan", *SEED)
+    assert df.rdd.getNumPartitions() == 4
+    assert df.schema.simpleString() == "struct<task:bigint,partition:bigint>"
+    assert [f.nullable for f in df.schema.fields] == [False, False]
+
+
+def test_a_view_over_the_data_source(spark: Any, service: CoordinatorCluster) -> None:
+    spark.sql(
+        "CREATE OR REPLACE TEMPORARY VIEW numbers_view USING flightfeed "
+        f"OPTIONS (uri '{service.location}', table 'numbers', args '[3]')"
+    )
+    result = rows(spark.sql("SELECT count(*), sum(n) FROM numbers_view WHERE word = 'w3'"))
+    assert result == duck("SELECT count(*), sum(n) FROM numbers WHERE word = 'w3'", numbers=NUMBERS)
+
+
+def release_all(service: CoordinatorCluster) -> QueryMetrics:
+    """Release the held queries now (Spark never says it is done reading) and wait for the
+    latest query's metrics."""
+    assert service.portal is not None
+    for held in service.service.held.values():
+        service.portal.call(held.release)
+    metrics = service.coordinator.metrics.latest
+    assert metrics is not None
+    service.portal.call(metrics.wait_finished)
+    return metrics
+
+
+def output_rows(node: MetricsSet) -> int:
+    return sum(m.output_rows.value for m in node.metrics if m.output_rows is not None)
+
+
+def test_pushed_filters_run_on_the_workers(spark: Any, service: CoordinatorCluster) -> None:
+    df = read(spark, service, "numbers", 2)
+    # (no ORDER BY: Spark would read the scan twice, sampling it for its range partitioner)
+    result = sorted(rows(df.filter("n >= 90 AND word IN ('w1', 'w2')").select("n")))
+    assert result == [(n,) for n in range(90, 100) if n % 7 in (1, 2)]
+    metrics = release_all(service)
+    (task,) = metrics.tasks.values()  # numbers is not split: one task
+    filtered, scanned = (output_rows(node) for node in task.plan_metrics)
+    assert (filtered, scanned) == (len(result), 100)  # the worker dropped the other rows
+
+
+def test_filters_spark_cannot_push_are_still_applied(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    df = read(spark, service, "numbers", 2)
+    result = rows(df.filter("n % 10 = 3 OR upper(word) = 'W6'").select("n").orderBy("n"))
+    assert result == [(n,) for n in range(100) if n % 10 == 3 or n % 7 == 6]
+
+
+def test_a_retried_spark_task_gets_exactly_the_same_rows(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    df = read(spark, service, "flaky", "retry-test")  # partition 0 fails once, mid-read
+    got = pa.Table.from_pylist([r.asDict() for r in df.collect()])
+    want = scan_rows(*SEED)
+    key = [("task", "ascending"), ("partition", "ascending")]
+    assert got.sort_by(key).to_pylist() == want.sort_by(key).to_pylist()
+
+
+def test_concurrent_queries_each_get_their_own_session(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    def tags(tag: str) -> set[str]:
+        df = read(spark, service, "tagged", **{"header.x-tag": tag})
+        return {row.tag for row in df.select("tag").collect()}
+
+    with ThreadPoolExecutor(3) as pool:
+        found = dict(zip("abc", pool.map(tags, "abc"), strict=True))
+    assert found == {"a": {"a"}, "b": {"b"}, "c": {"c"}}
+
+
+@pytest.mark.parametrize(
+    ("table", "args", "message"),
+    [
+        ("scan", [2, "3,1", "2", "4"], r"partition count \(3\) must be a non-zero multiple of"),
+        ("scan", [2, "3,x"], "invalid chunk size 'x': not an integer"),
+        ("nope", [], "no table 'nope' in this coordinator's catalog"),
+    ],
+)
+def test_bad_reads_fail_clearly(
+    spark: Any, service: CoordinatorCluster, table: str, args: list[Any], message: str
+) -> None:
+    with pytest.raises(Exception, match=message):
+        read(spark, service, table, *args).collect()
+
+
+def test_an_unreachable_coordinator_is_named(spark: Any) -> None:
+    reader = spark.read.format("flightfeed").option("uri", "grpc://127.0.0.1:9")
+    with pytest.raises(
+        Exception, match=r"cannot reach the flightfeed coordinator at grpc://127\.0\.0\.1:9"
+    ):
+        reader.option("table", "scan").load()
