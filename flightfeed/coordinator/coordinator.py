@@ -196,12 +196,16 @@ class Coordinator:
         """The distributed plan for a cluster of `workers` (planning only)."""
         return self.planner.plan(plan, workers)
 
-    async def explain(self, plan: ExecutionPlan) -> str:
-        """The distributed plan with the workers its tasks would run on now."""
+    async def explain(self, plan: ExecutionPlan, *, on_workers: bool = False) -> str:
+        """The distributed plan with the workers its tasks would run on now (`on_workers`: as
+        `hold` would run it, all of it on the workers)."""
         workers = await self.resolver.workers()
-        distributed = self.planner.plan(plan, len(workers))
+        if on_workers:
+            distributed = self.planner.plan_on_workers(plan, len(workers))
+        else:
+            distributed = self.planner.plan(plan, len(workers))
         assignment = distributed.assign(workers, self._next_worker) if distributed.stages else {}
-        return format_distributed_plan(distributed, assignment)
+        return format_distributed_plan(distributed, assignment, read_by_caller=on_workers)
 
     async def _stream(
         self, plan: ExecutionPlan, query_id: bytes, handle: _Handle, headers: Mapping[str, str]

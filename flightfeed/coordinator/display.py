@@ -10,10 +10,18 @@ from .stage import DistributedPlan
 
 
 def format_distributed_plan(
-    plan: DistributedPlan, workers: Mapping[tuple[int, int], str] | None = None
+    plan: DistributedPlan,
+    workers: Mapping[tuple[int, int], str] | None = None,
+    *,
+    read_by_caller: bool = False,
 ) -> str:
-    """Coordinator plan, then per stage: task count and why, tasks → workers, stage plan."""
-    lines = ["Coordinator", *_indent(format_plan(plan.root), 1)]
+    """Coordinator plan, then per stage: task count and why, tasks → workers, stage plan.
+    `read_by_caller`: a held query, whose endpoints the caller reads (no coordinator part)."""
+    if read_by_caller:
+        endpoints = sum(s.task_count * s.partitions_per_task for s in plan.stages)
+        lines = [f"Read by the caller: {endpoints} endpoints, one per output partition"]
+    else:
+        lines = ["Coordinator", *_indent(format_plan(plan.root), 1)]
     for stage in plan.stages:
         lines.append(
             f"Stage {stage.stage_id}: {stage.note},"

@@ -8,6 +8,8 @@ and reads the results in parallel, straight from the workers.
   see held.py) and answers one FlightEndpoint per output partition: a DoGet ticket and the
   location of the worker that serves it. Its app_metadata is the query id.
 - DoAction "release" (body: the query id): the reader is done; release the query now.
+- DoAction "explain" (body: a TableQuery): the distributed plan it would run (stages, tasks
+  and the workers they would run on), as text, without starting anything.
 
 The caller's own headers (not gRPC's or HTTP/2's) go to the workers' session builders with
 the query's tasks.
@@ -41,6 +43,7 @@ from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
 from .table_query import parse_table_query, query_plan
 
 RELEASE_ACTION: Final = "release"
+EXPLAIN_ACTION: Final = "explain"
 _TRANSPORT_HEADERS: Final = frozenset(
     {"user-agent", "te", "content-type", "authorization", "grpc-timeout", "grpc-encoding"}
 )
@@ -117,9 +120,15 @@ class CoordinatorService(FlightHandler):
         )
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
+        if action.type == EXPLAIN_ACTION:
+            descriptor = FlightDescriptor(cmd=action.body)
+            plan = query_plan(self.catalog, parse_table_query(descriptor))
+            yield (await self.coordinator.explain(plan, on_workers=True)).encode()
+            return
         if action.type != RELEASE_ACTION:
             raise InvalidArgument(
-                f"unknown action {action.type!r}; this coordinator knows 'release'"
+                f"unknown action {action.type!r}; this coordinator knows"
+                f" {RELEASE_ACTION!r} and {EXPLAIN_ACTION!r}"
             )
         held = self._held.pop(action.body, None)
         if held is None:
@@ -128,7 +137,10 @@ class CoordinatorService(FlightHandler):
         yield b""
 
     async def list_actions(self, ctx: CallContext) -> Sequence[ActionType]:
-        return [ActionType(type=RELEASE_ACTION, description="release a query: body = query id")]
+        return [
+            ActionType(type=RELEASE_ACTION, description="release a query: body = query id"),
+            ActionType(type=EXPLAIN_ACTION, description="a query's plan: body = TableQuery"),
+        ]
 
     def _forget_released(self) -> None:
         for query_id in [q for q, held in self._held.items() if held.released]:

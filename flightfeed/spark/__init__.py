@@ -10,7 +10,7 @@ Nothing else in flightfeed imports this package.
 
 from .session import check_python_workers, java_runtime, local_session, register
 from .source import SOURCE_NAME, FlightfeedDataSource, FlightfeedReader, TableOptions
-from .sql import TableCall, catalog_tables, rewrite, sql
+from .sql import TableCall, catalog_tables, error_message, explain, rewrite, sql
 
 __all__ = [
     "SOURCE_NAME",
@@ -20,6 +20,8 @@ __all__ = [
     "TableOptions",
     "catalog_tables",
     "check_python_workers",
+    "error_message",
+    "explain",
     "java_runtime",
     "local_session",
     "register",

@@ -99,6 +99,17 @@ def read_endpoint(
     )
 
 
+def explain(uri: str, command: bytes, headers: Mapping[str, str]) -> str:
+    """The distributed plan a table query would run, as the coordinator describes it."""
+    try:
+        with fl.connect(uri) as client:
+            action = fl.Action("explain", command)
+            results = list(client.do_action(action, _options(headers, DEFAULT_TIMEOUT)))
+    except (fl.FlightError, pa.ArrowException, OSError) as exc:
+        raise flight_error(uri, "explain", exc) from None
+    return b"".join(r.body.to_pybytes() for r in results).decode()
+
+
 def release(uri: str, query_id: bytes, headers: Mapping[str, str]) -> None:
     """Tell the coordinator a query's readers are done (best effort)."""
     try:
@@ -108,4 +119,12 @@ def release(uri: str, query_id: bytes, headers: Mapping[str, str]) -> None:
         pass  # the query is released after its TTL anyway
 
 
-__all__ = ["Endpoint", "flight_error", "get_endpoints", "get_schema", "read_endpoint", "release"]
+__all__ = [
+    "Endpoint",
+    "explain",
+    "flight_error",
+    "get_endpoints",
+    "get_schema",
+    "read_endpoint",
+    "release",
+]

@@ -9,6 +9,7 @@ parallel, one partition per endpoint. The rest of the SQL is Spark's own.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ import pyarrow.flight as fl
 import sqlglot
 from sqlglot import exp
 
+from ..coordinator.table_query import table_command
 from ..errors import InvalidArgument
+from . import client
 from .client import flight_error
 from .source import SOURCE_NAME
 
@@ -100,3 +103,24 @@ def sql(
             reader = reader.option(key, value)
         reader.load().createOrReplaceTempView(call.view)
     return spark.sql(rewritten)
+
+
+def explain(uri: str, query: str, *, tables: Collection[str] | None = None) -> str:
+    """flightfeed's part of a query's plan: each table call's stages, tasks and workers."""
+    _, calls = rewrite(query, catalog_tables(uri) if tables is None else tables)
+    parts = []
+    for call_ in calls:
+        command = table_command(call_.table, call_.arguments)
+        text = client.explain(uri, command, {})
+        arguments = ", ".join(json.dumps(a) for a in call_.arguments)
+        parts.append(f"{call_.table}({arguments}) on flightfeed:\n{text}")
+    return "\n\n".join(parts)
+
+
+def error_message(exc: BaseException) -> str:
+    """The flightfeed error inside an exception Spark raised (a Python data source's failure
+    travels as text inside Java's), or the exception's own first line."""
+    found = re.search(r"flightfeed\.errors\.(\w+): ([^\n]*)", str(exc))
+    if found is not None:
+        return f"{found.group(1)}: {found.group(2).strip()}"
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,56 @@
+"""The seeds' work_unit_feed example, end to end on Spark.
+
+`scan(task_count, 'chunks_p0', 'chunks_p1', ...)` is a table whose rows come from chunks that
+a provider on the coordinator discovers while the query runs; workers turn each chunk of n
+rows into n rows (task, partition). This program starts an embedded coordinator with local
+workers, and runs the SQL on Spark (local mode, or a cluster with --master), which reads the
+scan in parallel, one Spark partition per flightfeed partition, straight from the workers.
+
+    python examples/work_unit_feed.py \\
+        "SELECT count(*) AS cnt, task FROM scan(2, '3,1', '2', '4', '1,1') GROUP BY task ORDER BY task"
+    python examples/work_unit_feed.py \\
+        "SELECT * FROM scan(2, '3,1', '2', '4', '1,1') ORDER BY task, partition" --show-distributed-plan
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from flightfeed.cluster import serve_in_background
+from flightfeed.examples.chunk_scan import catalog
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("query", help="the SQL query to run")
+    parser.add_argument(
+        "--show-distributed-plan",
+        action="store_true",
+        help="show Spark's plan and flightfeed's stages, tasks and workers instead of running it",
+    )
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--workers", type=int, default=4, help="local flightfeed workers (4)")
+    args = parser.parse_args(argv)
+
+    from flightfeed.spark import error_message, explain, local_session, sql
+
+    with serve_in_background(catalog(), local_workers=args.workers) as cluster:
+        spark = local_session("work_unit_feed", master=args.master)
+        try:
+            df = sql(spark, cluster.location, args.query)
+            if args.show_distributed_plan:
+                df.explain(mode="formatted")
+                print(explain(cluster.location, args.query))
+            else:
+                df.show(n=1000, truncate=False)
+        except Exception as exc:
+            print(f"error: {error_message(exc)}", file=sys.stderr)
+            return 1
+        finally:
+            spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
