@@ -6,10 +6,10 @@ rows into n rows (task, partition). This program starts an embedded coordinator 
 workers, and runs the SQL on Spark (local mode, or a cluster with --master), which reads the
 scan in parallel, one Spark partition per flightfeed partition, straight from the workers.
 
-    python examples/work_unit_feed.py \\
-        "SELECT count(*) AS cnt, task FROM scan(2, '3,1', '2', '4', '1,1') GROUP BY task ORDER BY task"
-    python examples/work_unit_feed.py \\
-        "SELECT * FROM scan(2, '3,1', '2', '4', '1,1') ORDER BY task, partition" --show-distributed-plan
+    python examples/work_unit_feed.py "SELECT count(*) AS cnt, task
+        FROM scan(2, '3,1', '2', '4', '1,1') GROUP BY task ORDER BY task"
+    python examples/work_unit_feed.py --show-distributed-plan "SELECT *
+        FROM scan(2, '3,1', '2', '4', '1,1') ORDER BY task, partition"
 """
 
 from __future__ import annotations

@@ -97,7 +97,13 @@ def _coordinator(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run(lambda: run_demo(workers=args.workers), use_uvloop=not args.no_uvloop)
+    pipeline_ok = True
+    if not args.no_spark:
+        from .pipeline_demo import run_pipeline
+
+        pipeline_ok = run_pipeline(workers=args.workers).ok
+    core = run(lambda: run_demo(workers=args.workers), use_uvloop=not args.no_uvloop)
+    return 0 if pipeline_ok and core == 0 else 1
 
 
 def _seconds(text: str) -> float:
@@ -199,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run the main job on an embedded default")
     demo.add_argument("--workers", type=int, default=2, help="local workers to start (default 2)")
+    demo.add_argument(
+        "--no-spark", action="store_true", help="skip the Spark pipeline (no Java needed)"
+    )
     demo.set_defaults(func=_demo)
     return parser
 

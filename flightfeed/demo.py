@@ -1,16 +1,14 @@
-"""The main job on an embedded default: what `flightfeed demo` runs.
+"""The main job on an embedded default: what `flightfeed demo` runs after the Spark pipeline
+(pipeline_demo.py), showing the layers under it.
 
-1. A flightfeed Flight server publishes a generated table as a flight with one endpoint per
+2. A flightfeed Flight server publishes a generated table as a flight with one endpoint per
    partition; pyarrow's C++ Flight client reads every endpoint and checks it against the source.
-2. Local workers each get a task (a filter plan over their slice, sent over CoordinatorChannel);
+3. Local workers each get a task (a filter plan over their slice, sent over CoordinatorChannel);
    pyarrow's C++ client redeems ExecuteTaskRequest tickets with DoGet, and the result is checked
    against the same plan run in one process.
-
-3. The coordinator plans count(*) per task over a scan whose chunks are discovered at runtime
+4. The coordinator plans count(*) per task over a scan whose chunks are discovered at runtime
    (the seeds' work_unit_feed query), streams the work units to the workers under
    per-partition credits, aggregates their output, and checks it against a one-process run.
-
-It grows with Spark.
 """
 
 from __future__ import annotations
@@ -231,6 +229,7 @@ async def _run_feed_query(workers: int) -> tuple[pa.Table, pa.Table, str, str]:
 async def run_demo(workers: int = 2) -> int:
     """The data plane, then a plan run on local workers; 0 when every result matches."""
     table = demo_table()
+    print("2. The Flight data plane")
     handler = TableHandler({"demo": table}, partitions=max(1, workers) * 2)
     async with FlightServer(handler) as server:
         handler.location = server.location
@@ -246,6 +245,7 @@ async def run_demo(workers: int = 2) -> int:
         f"from {endpoints} endpoints in {elapsed:.2f}s: {'identical' if flight_ok else 'MISMATCH'}"
     )
 
+    print("3. Tasks on workers, read with ExecuteTask tickets")
     start = time.perf_counter()
     distributed, count = await _run_on_workers(table, workers)
     elapsed = time.perf_counter() - start
@@ -263,6 +263,7 @@ async def run_demo(workers: int = 2) -> int:
     summary = numbers.group_by("bucket").aggregate([("value", "sum"), ("id", "count")])
     print(summary.sort_by("bucket"))
 
+    print("4. The coordinator streams runtime work to the workers")
     start = time.perf_counter()
     counted, reference_counts, explained, feed_summary = await _run_feed_query(workers)
     elapsed = time.perf_counter() - start

@@ -14,9 +14,10 @@ travels) and a TaskEstimator, plus `chunk_feed_registry()` so planners find the 
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 import anyio
 import numpy as np
@@ -40,6 +41,29 @@ SCAN_SCHEMA = pa.schema(
 )
 
 
+class ChunkObserver(Protocol):
+    """Told of every chunk discovered (on the coordinator) and processed (on a worker), when
+    they run in this process: for progress displays such as the demo's."""
+
+    def discovered(self) -> None: ...
+
+    def processed(self) -> None: ...
+
+
+_observer: ChunkObserver | None = None
+
+
+@contextmanager
+def observe_chunks(observer: ChunkObserver) -> Iterator[None]:
+    """Report this process's chunks to `observer` while the block runs."""
+    global _observer
+    previous, _observer = _observer, observer
+    try:
+        yield
+    finally:
+        _observer = previous
+
+
 @dataclass
 class ChunkFeedProvider:
     """Per partition, one Chunk per listed size; `delay` pretends to poll a remote source."""
@@ -53,6 +77,8 @@ class ChunkFeedProvider:
         for n_rows in self.per_partition_chunks[partition]:
             if self.delay:
                 await anyio.sleep(self.delay)
+            if _observer is not None:
+                _observer.discovered()
             yield Chunk(value=n_rows)
 
 
@@ -85,6 +111,8 @@ class RemoteScan(PlanNodeBase):
         task_value = pa.scalar(task, pa.int64())
         partition_value = pa.scalar(local, pa.int64())
         async for chunk in self.feed.feed(partition, ctx):
+            if _observer is not None:
+                _observer.processed()
             n = chunk.value  # n rows of two constants: built by Arrow, not row by row
             yield pa.record_batch(
                 [pa.repeat(task_value, n), pa.repeat(partition_value, n)], schema=SCAN_SCHEMA
