@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import AsyncExitStack, suppress
 from types import TracebackType
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import anyio
 import anyio.to_thread
@@ -26,7 +26,7 @@ import pyarrow as pa
 from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
 
 from ..errors import Cancelled, NotFound
-from ..feeds import FeedRegistry
+from ..feeds import FeedRegistry, WorkUnitFeedProvider
 from ..plan.base import ExecutionPlan, closing
 from ..plan.codec import CodecRegistry, encode_plan
 from ..plan.execution import open_task_context
@@ -44,6 +44,7 @@ from .planner import DistributedPlanner
 from .query import QueryRuntime, TaskRun
 from .resolver import WorkerResolver
 from .stage import DistributedPlan
+from .streams import DEFAULT_MAX_BACKLOG, FeedStream, StreamRegistry
 from .task_runner import DispatchOptions, run_task
 
 RESULT_BUFFER_BATCHES: Final = 4
@@ -150,6 +151,8 @@ class Coordinator:
             delivery_log_limit=delivery_log_limit or defaults.delivery_log_limit,
         )
         self.metrics = metrics if metrics is not None else MetricsStore()
+        self.streams = StreamRegistry(feed_registry, self.session)
+        """Tables read as streams (streams.py): their providers run while they are open."""
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self._next_worker = 0
@@ -286,15 +289,19 @@ class Coordinator:
         headers: Mapping[str, str] | None = None,
         ttl: float = DEFAULT_TTL,
         grace: float = DEFAULT_GRACE,
+        providers: Mapping[bytes, WorkUnitFeedProvider[Any]] | None = None,
     ) -> HeldQuery:
         """Start `plan` on the workers, to be read there by any Flight client, one endpoint per
-        output partition (see held.py). Returns once every task has its plan."""
+        output partition (see held.py). Returns once every task has its plan. `providers`
+        serve some of the plan's feeds (by feed id) instead of their own (a stream's slice)."""
         if self._tg is None:
             raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
         workers = await self.resolver.workers()
         if not workers:
             raise NotFound("the worker resolver returned no workers to hold a query on")
         distributed = self.planner.plan_on_workers(plan, len(workers))
+        if providers:
+            distributed = distributed.with_providers(providers)
         query_id = uuid.uuid4().bytes
         merged = {**self.headers, **(headers or {})}
         runtime = await self._runtime(distributed, workers, query_id, merged, replayable=True)
@@ -306,6 +313,14 @@ class Coordinator:
                 raise runtime.failure from None
             raise
         return held
+
+    def open_stream(
+        self, key: str, plan: ExecutionPlan, *, max_backlog: int = DEFAULT_MAX_BACKLOG
+    ) -> FeedStream:
+        """The stream `key` names (a table and its arguments), its providers started if new."""
+        if self._tg is None:
+            raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
+        return self.streams.open(key, plan, self._tg, max_backlog=max_backlog)
 
     async def _run_held(
         self, held: HeldQuery, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -67,6 +67,10 @@ class DistributedPlanner:
         self._estimators = estimators or TaskEstimators()
         self._mixing = frozenset(partition_mixing_kinds)
 
+    def feeds_in(self, plan: ExecutionPlan) -> list[WorkUnitFeed[Any]]:
+        """The plan's feeds the registry finds, in pre-order (none without a registry)."""
+        return [feed for _, feed in self._feeds.feeds_in(plan)] if self._feeds is not None else []
+
     def plan(self, plan: ExecutionPlan, workers: int) -> DistributedPlan:
         state = _Planning(workers=max(workers, 1))
         root, _ = self._rewrite(plan, state)

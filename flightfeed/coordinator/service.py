@@ -10,6 +10,11 @@ and reads the results in parallel, straight from the workers.
 - DoAction "release" (body: the query id): the reader is done; release the query now.
 - DoAction "explain" (body: a TableQuery): the distributed plan it would run (stages, tasks
   and the workers they would run on), as text, without starting anything.
+- Streams (streams.py), for readers such as Spark's Structured Streaming, with JSON bodies:
+  "stream_open" (body: a TableQuery) starts the table's providers and answers {"stream": id,
+  "offsets": {...}}, the units discovered so far per partition; "stream_latest" ({"stream"})
+  answers the offsets now; "stream_commit" ({"stream", "offsets"}) drops the units below them.
+  A TableQuery with a `stream_range` reads exactly those units (a micro-batch).
 
 The caller's own headers (not gRPC's or HTTP/2's) go to the workers' session builders with
 the query's tasks.
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 import pyarrow as pa
 
@@ -37,13 +42,18 @@ from ..flight import (
     path_descriptor,
     schema_to_ipc,
 )
+from ..plan import ExecutionPlan
 from .catalog import Catalog
 from .coordinator import Coordinator
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
-from .table_query import parse_table_query, query_plan
+from .streams import stream_key
+from .table_query import ParsedTableQuery, parse_table_query, query_plan
 
 RELEASE_ACTION: Final = "release"
 EXPLAIN_ACTION: Final = "explain"
+STREAM_ACTIONS: Final = ("stream_open", "stream_latest", "stream_commit")
+STREAM_IDLE_TTL: Final = 600.0
+"""Seconds a stream nobody asked about keeps running its providers."""
 _TRANSPORT_HEADERS: Final = frozenset(
     {"user-agent", "te", "content-type", "authorization", "grpc-timeout", "grpc-encoding"}
 )
@@ -103,9 +113,11 @@ class CoordinatorService(FlightHandler):
         return query_plan(self.catalog, parse_table_query(descriptor)).schema
 
     async def get_flight_info(self, ctx: CallContext, descriptor: FlightDescriptor) -> FlightInfo:
-        plan = query_plan(self.catalog, parse_table_query(descriptor))
+        query = parse_table_query(descriptor)
+        plan = query_plan(self.catalog, query)
+        providers = self._micro_batch(query, plan) if query.units is not None else None
         held = await self.coordinator.hold(
-            plan, headers=query_headers(ctx), ttl=self.ttl, grace=self.grace
+            plan, headers=query_headers(ctx), ttl=self.ttl, grace=self.grace, providers=providers
         )
         self._forget_released()
         self._held[held.query_id] = held
@@ -119,17 +131,48 @@ class CoordinatorService(FlightHandler):
             app_metadata=held.query_id,
         )
 
+    def _micro_batch(self, query: ParsedTableQuery, plan: ExecutionPlan) -> dict[bytes, Any]:
+        """The plan's feeds served from its stream's log: exactly the units in range."""
+        assert query.units is not None
+        stream = self.coordinator.streams.get(query.units.stream)
+        feeds = self.coordinator.planner.feeds_in(plan)
+        slices = stream.providers(query.units.start, query.units.end)
+        if len(feeds) != len(slices):
+            raise InvalidArgument(
+                f"the stream {stream.stream_id} has {len(slices)} feeds, this query's plan"
+                f" {len(feeds)}: read a stream with the table and arguments it was opened for"
+            )
+        return {feed.id: provider for feed, provider in zip(feeds, slices, strict=True)}
+
+    def _stream_action(self, kind: str, body: bytes) -> dict[str, Any]:
+        streams = self.coordinator.streams
+        streams.close_idle(STREAM_IDLE_TTL)
+        if kind == "stream_open":
+            query = parse_table_query(FlightDescriptor(cmd=body))
+            plan = self.catalog.plan(query.table, query.arguments)
+            stream = self.coordinator.open_stream(stream_key(query.table, query.arguments), plan)
+            return {"stream": stream.stream_id, "start": stream.start(), "offsets": stream.latest()}
+        try:
+            request = json.loads(body)
+            stream = streams.get(str(request["stream"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgument(f"{kind} needs a JSON body with 'stream': {exc}") from None
+        if kind == "stream_commit":
+            stream.commit({str(k): int(v) for k, v in dict(request.get("offsets", {})).items()})
+        return {"stream": stream.stream_id, "offsets": stream.latest()}
+
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
+        if action.type in STREAM_ACTIONS:
+            yield json.dumps(self._stream_action(action.type, action.body)).encode()
+            return
         if action.type == EXPLAIN_ACTION:
             descriptor = FlightDescriptor(cmd=action.body)
             plan = query_plan(self.catalog, parse_table_query(descriptor))
             yield (await self.coordinator.explain(plan, on_workers=True)).encode()
             return
         if action.type != RELEASE_ACTION:
-            raise InvalidArgument(
-                f"unknown action {action.type!r}; this coordinator knows"
-                f" {RELEASE_ACTION!r} and {EXPLAIN_ACTION!r}"
-            )
+            known = ", ".join([RELEASE_ACTION, EXPLAIN_ACTION, *STREAM_ACTIONS])
+            raise InvalidArgument(f"unknown action {action.type!r}; this coordinator knows {known}")
         held = self._held.pop(action.body, None)
         if held is None:
             raise NotFound(f"no query {action.body.hex()} is held here (released already?)")
@@ -140,6 +183,9 @@ class CoordinatorService(FlightHandler):
         return [
             ActionType(type=RELEASE_ACTION, description="release a query: body = query id"),
             ActionType(type=EXPLAIN_ACTION, description="a query's plan: body = TableQuery"),
+            ActionType(type="stream_open", description="open a table's stream: body = TableQuery"),
+            ActionType(type="stream_latest", description='offsets now: {"stream": id}'),
+            ActionType(type="stream_commit", description='drop units: {"stream", "offsets"}'),
         ]
 
     def _forget_released(self) -> None:

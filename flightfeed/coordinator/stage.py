@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -56,6 +57,28 @@ class DistributedPlan:
     def task_refs(self) -> list[tuple[int, int]]:
         """(stage id, task number) of every task, in stage order."""
         return [(s.stage_id, t.task_number) for s in self.stages for t in s.tasks]
+
+    def with_providers(self, providers: Mapping[bytes, Any]) -> DistributedPlan:
+        """The same plan, its feeds (by id) served by other providers (a stream's slices)."""
+        stages = tuple(
+            replace(
+                stage,
+                tasks=tuple(
+                    StageTask(
+                        task.task_number,
+                        {
+                            feed_id: FeedAssignment(
+                                providers.get(feed_id, found.provider), found.partitions
+                            )
+                            for feed_id, found in task.feeds.items()
+                        },
+                    )
+                    for task in stage.tasks
+                ),
+            )
+            for stage in self.stages
+        )
+        return DistributedPlan(self.root, stages)
 
     def assign(self, workers: list[str], offset: int = 0) -> dict[tuple[int, int], str]:
         """Round-robin: task i of the query (in stage order) goes to worker (offset + i) % n."""

@@ -19,11 +19,20 @@ from ..flight import FlightDescriptor
 from ..flight.protowire import check_wire_format
 from ..plan import ExecutionPlan, Expr, Filter, Projection, call, col
 from ..plan.expr_proto import expr_from_proto, expr_to_proto
-from ..protocol import TableArgument, TableQuery
+from ..protocol import StreamRange, TableArgument, TableQuery
 from .catalog import Catalog
 
 TABLE_QUERY_VERSION: Final = 1
 Argument = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class UnitRange:
+    """Work units [start, end) of each partition of an open stream (a micro-batch)."""
+
+    stream: str
+    start: dict[str, int]
+    end: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,7 @@ class ParsedTableQuery:
     arguments: tuple[Argument, ...] = ()
     columns: tuple[str, ...] = ()
     filters: tuple[Expr, ...] = ()
+    units: UnitRange | None = None
 
 
 def table_command(
@@ -40,8 +50,10 @@ def table_command(
     *,
     columns: Sequence[str] = (),
     filters: Sequence[Expr] = (),
+    units: UnitRange | None = None,
 ) -> bytes:
-    """The `cmd` of a FlightDescriptor that queries `table(*arguments)` of a catalog."""
+    """The `cmd` of a FlightDescriptor that queries `table(*arguments)` of a catalog (`units`:
+    only those work units of an open stream of it)."""
     return bytes(
         TableQuery(
             version=TABLE_QUERY_VERSION,
@@ -49,6 +61,9 @@ def table_command(
             arguments=[_argument(value) for value in arguments],
             columns=list(columns),
             filters=[expr_to_proto(f) for f in filters],
+            stream_range=StreamRange(stream=units.stream, start=units.start, end=units.end)
+            if units is not None
+            else None,
         )
     )
 
@@ -89,11 +104,16 @@ def parse_table_query(descriptor: FlightDescriptor) -> ParsedTableQuery:
         if not kind or value is None:
             raise InvalidArgument(f"argument {i} of the TableQuery has no value")
         arguments.append(value)
+    units = None
+    if query.stream_range is not None:
+        found = query.stream_range
+        units = UnitRange(found.stream, dict(found.start), dict(found.end))
     return ParsedTableQuery(
         query.table,
         tuple(arguments),
         tuple(query.columns),
         tuple(expr_from_proto(f) for f in query.filters),
+        units,
     )
 
 

@@ -7,8 +7,10 @@ table, bad arguments.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -110,6 +112,19 @@ def explain(uri: str, command: bytes, headers: Mapping[str, str]) -> str:
     return b"".join(r.body.to_pybytes() for r in results).decode()
 
 
+def stream_action(
+    uri: str, kind: str, body: bytes, headers: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT
+) -> dict[str, Any]:
+    """A stream action of the coordinator ("stream_open", "stream_latest", "stream_commit")."""
+    try:
+        with fl.connect(uri) as client:
+            results = list(client.do_action(fl.Action(kind, body), _options(headers, timeout)))
+    except (fl.FlightError, pa.ArrowException, OSError) as exc:
+        raise flight_error(uri, kind, exc) from None
+    answer: dict[str, Any] = json.loads(b"".join(r.body.to_pybytes() for r in results))
+    return answer
+
+
 def release(uri: str, query_id: bytes, headers: Mapping[str, str]) -> None:
     """Tell the coordinator a query's readers are done (best effort)."""
     try:
@@ -127,4 +142,5 @@ __all__ = [
     "get_schema",
     "read_endpoint",
     "release",
+    "stream_action",
 ]

@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -101,6 +106,11 @@ class FlightfeedDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return FlightfeedReader(TableOptions.of(self.options), schema)
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .stream import FlightfeedStreamReader
+
+        return FlightfeedStreamReader(TableOptions.of(self.options), schema, self.options)
+
 
 class FlightfeedReader(DataSourceReader):
     """Pushes filters into the query, starts it, and reads one endpoint per Spark partition."""
@@ -111,7 +121,7 @@ class FlightfeedReader(DataSourceReader):
         self.filters: list[bytes] = []  # pushed, as Expr protos: plain data for pickling
 
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        pushed, kept = split_filters(list(filters), _arrow_schema(self.schema))
+        pushed, kept = split_filters(list(filters), arrow_schema(self.schema))
         self.filters = [encode_expr(expr) for expr in pushed]
         yield from kept
 
@@ -124,12 +134,12 @@ class FlightfeedReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         endpoint: client.Endpoint = partition.value
-        target = _arrow_schema(self.schema)
+        target = arrow_schema(self.schema)
         for batch in client.read_endpoint(endpoint, self.table.headers, self.table.timeout):
             yield conform(batch, target)
 
 
-def _arrow_schema(schema: StructType) -> pa.Schema:
+def arrow_schema(schema: StructType) -> pa.Schema:
     arrow: pa.Schema = to_arrow_schema(schema)
     return arrow
 

@@ -212,6 +212,56 @@ class UnitProvider:
             self._close(partition)
 
 
+class LiveProvider:
+    """Units that appear while it runs: a test `push`es them (on the provider's event loop,
+    e.g. through a cluster's portal), as a queue or an API would hand out new work. A
+    partition ends when `end`ed; until then its readers wait for more."""
+
+    unit_type: type[bytes] = bytes
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._units: list[list[bytes]] = [[] for _ in range(partitions)]
+        self._ended = [False] * partitions
+        self._more = [anyio.Event() for _ in range(partitions)]
+
+    def push(self, partition: int, *bodies: bytes) -> None:
+        self._units[partition].extend(bodies)
+        self._wake(partition)
+
+    def end(self, partition: int) -> None:
+        self._ended[partition] = True
+        self._wake(partition)
+
+    def _wake(self, partition: int) -> None:
+        self._more[partition].set()
+        self._more[partition] = anyio.Event()
+
+    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[bytes]:
+        given = 0
+        units = self._units[partition]
+        while True:
+            while given < len(units):
+                given += 1
+                yield units[given - 1]
+            if self._ended[partition]:
+                return
+            await self._more[partition].wait()
+
+
+LIVE_PROVIDERS: dict[str, LiveProvider] = {}
+
+
+def live_provider(name: str, partitions: int) -> LiveProvider:
+    """The LiveProvider called `name` in this process (made on first use)."""
+    found = LIVE_PROVIDERS.get(name)
+    if found is None:
+        found = LIVE_PROVIDERS[name] = LiveProvider(partitions)
+    if found.partitions != partitions:
+        raise InvalidArgument(f"live provider {name!r} has {found.partitions} partitions")
+    return found
+
+
 class UnitScan(PlanNodeBase):
     """Reads raw work-unit bodies and turns them into rows (see the module docstring)."""
 

@@ -68,6 +68,7 @@ __all__ = (
     "SpilledBytes",
     "SpilledRows",
     "StartTimestamp",
+    "StreamRange",
     "TableArgument",
     "TableQuery",
     "TaskKey",
@@ -1226,6 +1227,31 @@ default_message_pool.register_message("flightfeed.v1", "StartTimestamp", StartTi
 
 
 @dataclass(eq=False, repr=False)
+class StreamRange(betterproto2.Message):
+    """
+    Work units [start, end) of each feed partition of an open stream, by partition key
+    ("<feed index>:<partition>"), as the stream's offsets name them.
+    """
+
+    stream: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    start: "dict[str, int]" = betterproto2.field(
+        2,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_UINT64),
+    )
+
+    end: "dict[str, int]" = betterproto2.field(
+        3,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_UINT64),
+    )
+
+
+default_message_pool.register_message("flightfeed.v1", "StreamRange", StreamRange)
+
+
+@dataclass(eq=False, repr=False)
 class TableArgument(betterproto2.Message):
     """
 
@@ -1288,6 +1314,13 @@ class TableQuery(betterproto2.Message):
     filters: "list[Expr]" = betterproto2.field(5, betterproto2.TYPE_MESSAGE, repeated=True)
     """
     Predicates every returned row satisfies (their conjunction), run on the workers.
+    """
+
+    stream_range: "StreamRange | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    Read only these work units of a stream of the table (a streaming micro-batch).
     """
 
 

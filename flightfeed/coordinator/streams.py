@@ -1,0 +1,237 @@
+"""Tables read as streams: work units discovered so far are the offsets.
+
+A stream of a table runs the table's feed providers continuously on the coordinator, one pull
+loop per (feed, partition), and logs the units each discovers. Its offset is the count of units
+discovered per partition, keyed "<feed index>:<partition>". A micro-batch reads units
+[start, end) of every partition: the table's plan is held on the workers as for a batch read,
+its feeds served from the log instead of the providers, so a unit is read in exactly the
+micro-batch whose range holds it, and a retried micro-batch reads the same units.
+
+Memory stays bounded: a partition's provider pauses once `max_backlog` units wait uncommitted,
+and committing an offset drops the units below it. A stream nobody asked about for `idle_ttl`
+is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ..errors import FeedError, InvalidArgument, NotFound
+from ..feeds import FeedRegistry, WorkUnitFeed
+from ..feeds.provider import encode_unit
+from ..plan.base import ExecutionPlan, TaskContext
+from ..plan.functions import PlanSession
+
+DEFAULT_MAX_BACKLOG: Final = 100_000
+"""Units a stream partition may hold uncommitted before its provider pauses."""
+DEFAULT_IDLE_TTL: Final = 600.0
+
+Offsets = dict[str, int]
+
+
+@dataclass(eq=False)
+class _Log:
+    """The units one partition discovered, from `base` (units below were committed)."""
+
+    base: int = 0
+    bodies: list[bytes] = field(default_factory=list)
+    room: anyio.Event = field(default_factory=anyio.Event)
+    grown: anyio.Event = field(default_factory=anyio.Event)
+    error: Exception | None = None
+    ended: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.bodies)
+
+    def slice(self, start: int, end: int, where: str) -> list[bytes]:
+        if start < self.base:
+            raise FeedError(
+                f"stream partition {where}: units from {start} were committed and dropped"
+                f" (the stream keeps units from {self.base})"
+            )
+        if end > self.end:
+            raise FeedError(f"stream partition {where}: units up to {end} were not discovered")
+        return self.bodies[start - self.base : end - self.base]
+
+    def commit(self, offset: int) -> None:
+        drop = min(max(0, offset - self.base), len(self.bodies))
+        if drop:
+            del self.bodies[:drop]
+            self.base += drop
+            self.room.set()
+
+
+class SliceProvider:
+    """A feed provider serving logged units [start, end) of each partition (a micro-batch)."""
+
+    def __init__(self, unit_type: type[Any], slices: Mapping[int, list[bytes]]) -> None:
+        self.unit_type = unit_type
+        self._slices = dict(slices)
+
+    async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[bytes]:
+        for body in self._slices.get(partition, ()):
+            yield body
+
+
+class FeedStream:
+    """One stream of a table: its plan, its feeds' pull loops and their logs."""
+
+    def __init__(
+        self,
+        stream_id: str,
+        plan: ExecutionPlan,
+        feeds: list[tuple[ExecutionPlan, WorkUnitFeed[Any]]],
+        *,
+        max_backlog: int = DEFAULT_MAX_BACKLOG,
+    ) -> None:
+        if not feeds:
+            raise InvalidArgument("a table read as a stream needs a work-unit feed in its plan")
+        self.stream_id = stream_id
+        self.plan = plan
+        self.feeds = [feed for _, feed in feeds]
+        self.max_backlog = max_backlog
+        self.logs: dict[str, _Log] = {}
+        self.last_used = anyio.current_time()
+        self.scope = anyio.CancelScope()
+        self._partitions: dict[str, tuple[int, int]] = {}
+        for index, (node, _) in enumerate(feeds):
+            for partition in range(node.output_partitions):
+                key = f"{index}:{partition}"
+                self.logs[key] = _Log()
+                self._partitions[key] = (index, partition)
+
+    def touch(self) -> None:
+        self.last_used = anyio.current_time()
+
+    def start(self) -> Offsets:
+        """The oldest units the stream still holds, per partition key (a new reader's start)."""
+        return {key: log.base for key, log in self.logs.items()}
+
+    async def wait_discovered(self, key: str, count: int) -> None:
+        """Until partition `key` has discovered `count` units (or ended, or failed)."""
+        log = self.logs[key]
+        while log.end < count and not log.ended and log.error is None:
+            await log.grown.wait()
+
+    def latest(self) -> Offsets:
+        """Units discovered so far, per partition key (a provider's failure is raised)."""
+        self.touch()
+        for key, log in self.logs.items():
+            if log.error is not None:
+                raise FeedError(f"stream {self.stream_id} partition {key}: {log.error}")
+        return {key: log.end for key, log in self.logs.items()}
+
+    def commit(self, offsets: Mapping[str, int]) -> None:
+        """Readers are done with the units below `offsets`: drop them."""
+        self.touch()
+        for key, offset in offsets.items():
+            log = self.logs.get(key)
+            if log is not None:
+                log.commit(int(offset))
+
+    def providers(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[SliceProvider]:
+        """Per feed (in the plan's order), a provider serving units [start, end) of each
+        partition."""
+        self.touch()
+        slices: dict[int, dict[int, list[bytes]]] = {}
+        for key, log in self.logs.items():
+            index, partition = self._partitions[key]
+            first = int(start.get(key, log.base))
+            last = int(end.get(key, first))
+            if last < first:
+                raise InvalidArgument(f"stream partition {key}: end {last} is before {first}")
+            slices.setdefault(index, {})[partition] = log.slice(first, last, key)
+        return [
+            SliceProvider(feed.unit_type, slices.get(index, {}))
+            for index, feed in enumerate(self.feeds)
+        ]
+
+    async def run(self, session: PlanSession) -> None:
+        """Pull every partition until closed; a provider's error is kept for `latest`."""
+        with self.scope:
+            async with anyio.create_task_group() as tg:
+                for key, (index, partition) in self._partitions.items():
+                    tg.start_soon(self._pull, key, self.feeds[index], partition, session)
+
+    async def _pull(
+        self, key: str, feed: WorkUnitFeed[Any], partition: int, session: PlanSession
+    ) -> None:
+        log = self.logs[key]
+        provider = feed.try_inner()
+        ctx = TaskContext(session=session)
+        try:
+            stream = provider.feed(partition, ctx)
+            async for unit in stream:
+                log.bodies.append(encode_unit(unit))
+                log.grown.set()
+                log.grown = anyio.Event()
+                while len(log.bodies) >= self.max_backlog:  # pause: nobody committed
+                    log.room = anyio.Event()
+                    await log.room.wait()
+            log.ended = True
+        except Exception as exc:  # the stream reports it; the others go on
+            log.error = exc
+        finally:
+            log.grown.set()
+
+
+class StreamRegistry:
+    """The open streams of a coordinator, by id; each runs in `background` until closed."""
+
+    def __init__(self, registry: FeedRegistry | None, session: PlanSession) -> None:
+        self._registry = registry
+        self._session = session
+        self._streams: dict[str, FeedStream] = {}
+
+    def open(
+        self, key: str, plan: ExecutionPlan, background: TaskGroup, *, max_backlog: int
+    ) -> FeedStream:
+        """The stream of `key` (a table and its arguments), started if new."""
+        found_id = uuid.uuid5(uuid.NAMESPACE_URL, key).hex
+        found = self._streams.get(found_id)
+        if found is not None:
+            found.touch()
+            return found
+        if self._registry is None:
+            raise InvalidArgument("the coordinator has no FeedRegistry: no table can stream")
+        feeds = self._registry.feeds_in(plan)
+        stream = FeedStream(found_id, plan, feeds, max_backlog=max_backlog)
+        self._streams[found_id] = stream
+        background.start_soon(stream.run, self._session, name=f"stream {found_id}")
+        return stream
+
+    def get(self, stream_id: str) -> FeedStream:
+        found = self._streams.get(stream_id)
+        if found is None:
+            raise NotFound(f"no open stream {stream_id!r} on this coordinator (closed when idle)")
+        return found
+
+    def close_idle(self, idle_ttl: float) -> None:
+        now = anyio.current_time()
+        for stream_id, stream in list(self._streams.items()):
+            if now - stream.last_used > idle_ttl:
+                stream.scope.cancel()
+                del self._streams[stream_id]
+
+    def close(self) -> None:
+        for stream in self._streams.values():
+            stream.scope.cancel()
+        self._streams.clear()
+
+
+def stream_key(table: str, arguments: tuple[Any, ...] | list[Any]) -> str:
+    """What names a stream: a table and its arguments."""
+    return json.dumps([table, list(arguments)], sort_keys=True)
+
+
+def stream_id(table: str, arguments: tuple[Any, ...] | list[Any]) -> str:
+    """A stream's id, the same wherever it is computed (a reader needs no state to know it)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, stream_key(table, arguments)).hex

@@ -1,0 +1,137 @@
+"""The `flightfeed` data source as a Structured Streaming source.
+
+Offsets are the work units the table's providers discovered so far, per feed partition (the
+coordinator runs them as a stream while readers use it). Each micro-batch reads the units
+between two offsets, held on the workers like a batch read; a retried micro-batch reads the
+same units. `maxUnitsPerTrigger` caps a micro-batch (a ReadMaxRows limit from Spark caps it
+too), `Trigger.AvailableNow` reads what was discovered when the query started, and a query
+restarted from its checkpoint resumes at the checkpointed offsets: no unit is read twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from ..coordinator.streams import stream_id
+from ..coordinator.table_query import UnitRange, table_command
+from ..errors import FlightfeedError, InvalidArgument, NotFound
+from . import client
+from .source import TableOptions, arrow_schema, conform
+
+MAX_UNITS_OPTION = "maxunitspertrigger"
+
+
+class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads a table's stream micro-batch by micro-batch (see the module docstring)."""
+
+    def __init__(self, table: TableOptions, schema: StructType, options: Any) -> None:
+        self.table = table
+        self.schema = schema
+        self.stream = stream_id(table.table, list(table.arguments))
+        found = {str(k).lower(): str(v) for k, v in dict(options).items()}
+        self.max_units: int | None = None
+        if MAX_UNITS_OPTION in found:
+            try:
+                self.max_units = int(found[MAX_UNITS_OPTION])
+            except ValueError:
+                raise InvalidArgument("option 'maxUnitsPerTrigger' must be an integer") from None
+            if self.max_units < 1:
+                raise InvalidArgument("option 'maxUnitsPerTrigger' must be at least 1")
+        self.target: dict[str, int] | None = None
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    def _open(self) -> dict[str, Any]:
+        command = table_command(self.table.table, self.table.arguments)
+        return client.stream_action(self.table.uri, "stream_open", command, self.table.headers)
+
+    def _latest(self) -> dict[str, int]:
+        body = json.dumps({"stream": self.stream}).encode()
+        try:
+            answer = client.stream_action(self.table.uri, "stream_latest", body, self.table.headers)
+        except NotFound:  # closed while idle: open it again (its offsets restart)
+            answer = self._open()
+        return {str(k): int(v) for k, v in answer["offsets"].items()}
+
+    def initialOffset(self) -> dict[str, int]:
+        opened = self._open()
+        return {str(k): int(v) for k, v in opened["start"].items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_units) if self.max_units else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._latest()
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        latest = self._latest()
+        if self.target is not None:
+            latest = {k: min(v, self.target.get(k, v)) for k, v in latest.items()}
+        behind = [k for k, v in start.items() if int(v) > latest.get(k, 0)]
+        if behind:
+            raise FlightfeedError(
+                f"the stream of {self.table.table} on {self.table.uri} is behind this query's"
+                f" checkpoint for partitions {behind}: it was restarted on the coordinator"
+            )
+        if isinstance(limit, ReadMaxRows):
+            return _capped(start, latest, limit.max_rows)
+        return latest
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        return self._latest()
+
+    # -- micro-batches ------------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        if all(int(end.get(k, 0)) <= int(v) for k, v in start.items()) and set(end) <= set(start):
+            return []
+        units = UnitRange(
+            self.stream, {k: int(v) for k, v in start.items()}, {k: int(v) for k, v in end.items()}
+        )
+        command = table_command(
+            self.table.table, self.table.arguments, columns=self.table.columns, units=units
+        )
+        _, endpoints = client.get_endpoints(
+            self.table.uri, command, self.table.headers, self.table.timeout
+        )
+        return [InputPartition(endpoint) for endpoint in endpoints]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        endpoint: client.Endpoint = partition.value
+        target = arrow_schema(self.schema)
+        for batch in client.read_endpoint(endpoint, self.table.headers, self.table.timeout):
+            yield conform(batch, target)
+
+    def commit(self, end: dict[str, int]) -> None:
+        body = json.dumps({"stream": self.stream, "offsets": end}).encode()
+        client.stream_action(self.table.uri, "stream_commit", body, self.table.headers)
+
+
+def _capped(start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
+    """At most `budget` units past `start`, shared out in turn among the partitions that have
+    some, so no partition starves the others."""
+    end = {k: int(start.get(k, 0)) for k in latest}
+    left = {k: latest[k] - end[k] for k in latest}
+    while budget > 0 and any(n > 0 for n in left.values()):
+        waiting = [k for k, n in left.items() if n > 0]
+        share = max(1, budget // len(waiting))
+        for key in waiting:
+            take = min(share, left[key], budget)
+            end[key] += take
+            left[key] -= take
+            budget -= take
+            if budget == 0:
+                break
+    return end

@@ -1,0 +1,125 @@
+"""Tables read as streams: offsets are the units discovered so far; a micro-batch reads exactly
+the units of its range from the workers; commits drop them; an uncommitted backlog pauses the
+provider."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+
+from flightfeed.cluster import CoordinatorCluster, serve
+from flightfeed.coordinator import Catalog, table_command
+from flightfeed.coordinator.streams import stream_id, stream_key
+from flightfeed.coordinator.table_query import UnitRange
+from flightfeed.errors import FeedError
+from flightfeed.plan import ExecutionPlan
+from flightfeed.testing.feeds import (
+    UnitProvider,
+    UnitScan,
+    UnitScanCodec,
+    UnitScanEstimator,
+    live_provider,
+    unit_scan,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def catalog() -> Catalog:
+    found = Catalog().with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
+    found.with_estimator(UnitScan.name, UnitScanEstimator(2))
+
+    @found.table("live")
+    def live(name: str, partitions: int) -> ExecutionPlan:
+        return unit_scan(live_provider(name, partitions))
+
+    @found.table("counted")
+    def counted(per_partition: int) -> ExecutionPlan:
+        return unit_scan(UnitProvider([per_partition] * 2))
+
+    return found
+
+
+@asynccontextmanager
+async def service() -> AsyncIterator[CoordinatorCluster]:
+    async with serve(catalog(), local_workers=2, grace=0.01) as cluster:
+        yield cluster
+
+
+def action(location: str, kind: str, body: bytes) -> dict[str, object]:
+    with fl.connect(location) as client:
+        (result,) = list(client.do_action(fl.Action(kind, body)))
+    answer: dict[str, object] = json.loads(result.body.to_pybytes())
+    return answer
+
+
+def read_range(location: str, table: str, args: list[object], units: UnitRange) -> pa.Table:
+    with fl.connect(location) as client:
+        descriptor = fl.FlightDescriptor.for_command(table_command(table, args, units=units))
+        info = client.get_flight_info(descriptor)
+    parts = []
+    for endpoint in info.endpoints:
+        with fl.connect(endpoint.locations[0]) as worker:
+            parts.append(worker.do_get(endpoint.ticket).read_all())
+    return pa.concat_tables(parts)
+
+
+async def test_micro_batches_read_exactly_the_units_of_their_range() -> None:
+    name = uuid.uuid4().hex
+    args: list[object] = [name, 2]
+    provider = live_provider(name, 2)
+    async with service() as cluster:
+        opened = await anyio.to_thread.run_sync(
+            action, cluster.location, "stream_open", table_command("live", args)
+        )
+        assert opened["stream"] == stream_id("live", args)
+        assert opened["offsets"] == opened["start"] == {"0:0": 0, "0:1": 0}
+        stream = cluster.coordinator.streams.get(stream_id("live", args))
+        provider.push(0, b"a", b"b", b"c")
+        provider.push(1, b"x")
+        await stream.wait_discovered("0:0", 3)
+        await stream.wait_discovered("0:1", 1)
+        latest = await anyio.to_thread.run_sync(
+            action,
+            cluster.location,
+            "stream_latest",
+            json.dumps({"stream": opened["stream"]}).encode(),
+        )
+        assert latest["offsets"] == {"0:0": 3, "0:1": 1}
+        first = UnitRange(str(opened["stream"]), {"0:0": 0, "0:1": 0}, {"0:0": 2, "0:1": 1})
+        table = await anyio.to_thread.run_sync(read_range, cluster.location, "live", args, first)
+        assert sorted(table.column("body").to_pylist()) == [b"a", b"b", b"x"]
+        again = await anyio.to_thread.run_sync(read_range, cluster.location, "live", args, first)
+        assert again.sort_by("body").equals(table.sort_by("body"))  # a retried micro-batch
+        commit = json.dumps({"stream": opened["stream"], "offsets": {"0:0": 2, "0:1": 1}})
+        await anyio.to_thread.run_sync(action, cluster.location, "stream_commit", commit.encode())
+        assert stream.start() == {"0:0": 2, "0:1": 1}
+        provider.push(1, b"y")
+        await stream.wait_discovered("0:1", 2)
+        second = UnitRange(str(opened["stream"]), {"0:0": 2, "0:1": 1}, {"0:0": 3, "0:1": 2})
+        table = await anyio.to_thread.run_sync(read_range, cluster.location, "live", args, second)
+        assert sorted(table.column("body").to_pylist()) == [b"c", b"y"]
+        with pytest.raises(FeedError, match="committed and dropped"):
+            stream.providers({"0:0": 0}, {"0:0": 1})
+
+
+async def test_an_uncommitted_backlog_pauses_the_provider() -> None:
+    async with service() as cluster:
+        plan = catalog().plan("counted", (1000,))
+        stream = cluster.coordinator.open_stream(
+            stream_key("counted", (1000,)), plan, max_backlog=10
+        )
+        await stream.wait_discovered("0:0", 10)
+        await anyio.wait_all_tasks_blocked()
+        assert stream.latest()["0:0"] == 10  # paused at the backlog bound
+        stream.commit({"0:0": 5})
+        await stream.wait_discovered("0:0", 15)
+        await anyio.wait_all_tasks_blocked()
+        assert stream.latest()["0:0"] == 15
