@@ -410,7 +410,7 @@ class UnitScanEstimator:
 
 
 def unit_scan(
-    provider: UnitProvider,
+    provider: UnitProvider | LiveProvider,
     *,
     every: int = 1,
     probe: Probe | None = None,

@@ -60,7 +60,9 @@ def action(location: str, kind: str, body: bytes) -> dict[str, object]:
     return answer
 
 
-def read_range(location: str, table: str, args: list[object], units: UnitRange) -> pa.Table:
+def read_range(
+    location: str, table: str, args: list[int | float | str | bool], units: UnitRange
+) -> pa.Table:
     with fl.connect(location) as client:
         descriptor = fl.FlightDescriptor.for_command(table_command(table, args, units=units))
         info = client.get_flight_info(descriptor)
@@ -73,7 +75,7 @@ def read_range(location: str, table: str, args: list[object], units: UnitRange) 
 
 async def test_micro_batches_read_exactly_the_units_of_their_range() -> None:
     name = uuid.uuid4().hex
-    args: list[object] = [name, 2]
+    args: list[int | float | str | bool] = [name, 2]
     provider = live_provider(name, 2)
     async with service() as cluster:
         opened = await anyio.to_thread.run_sync(
