@@ -233,6 +233,10 @@ class LiveProvider:
         self._ended[partition] = True
         self._wake(partition)
 
+    def pushed(self, partition: int) -> int:
+        """Units pushed to `partition` so far."""
+        return len(self._units[partition])
+
     def _wake(self, partition: int) -> None:
         self._more[partition].set()
         self._more[partition] = anyio.Event()

@@ -24,6 +24,7 @@ from flightfeed.plan import (
 )
 from flightfeed.plan.base import expect_children
 from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
+from flightfeed.testing.feeds import UnitScan, UnitScanCodec, live_provider, unit_scan
 
 NUMBERS = pa.table(
     {"n": pa.array(range(100), pa.int64()), "word": [f"w{i % 7}" for i in range(100)]}
@@ -100,6 +101,13 @@ def spark_test_catalog() -> Catalog:
     def flaky(token: str) -> ExecutionPlan:
         """scan(2, '3,1', '2', '4', '1,1'), whose partition 0 fails on its first read."""
         return FailOnce(found.plan("scan", (2, "3,1", "2", "4", "1,1")), token)
+
+    found.with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
+
+    @found.table("live")
+    def live(name: str, partitions: int) -> ExecutionPlan:
+        """Units pushed while it is read (flightfeed.testing.feeds.live_provider)."""
+        return unit_scan(live_provider(name, partitions))
 
     @found.table("tagged")
     def tagged() -> ExecutionPlan:
