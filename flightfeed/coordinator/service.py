@@ -13,7 +13,8 @@ and reads the results in parallel, straight from the workers.
 - Streams (streams.py), for readers such as Spark's Structured Streaming, with JSON bodies:
   "stream_open" (body: a TableQuery) starts the table's providers and answers {"stream": id,
   "offsets": {...}}, the units discovered so far per partition; "stream_latest" ({"stream"})
-  answers the offsets now; "stream_commit" ({"stream", "offsets"}) drops the units below them.
+  answers the offsets now; "stream_commit" ({"stream", "offsets"}) drops the units below them;
+  "stream_wait" ({"stream", "timeout"}) waits until every provider of a finite feed ended.
   A TableQuery with a `stream_range` reads exactly those units (a micro-batch).
 
 The caller's own headers (not gRPC's or HTTP/2's) go to the workers' session builders with
@@ -26,6 +27,7 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
+import anyio
 import pyarrow as pa
 
 from ..errors import InvalidArgument, NotFound
@@ -51,7 +53,7 @@ from .table_query import ParsedTableQuery, parse_table_query, query_plan
 
 RELEASE_ACTION: Final = "release"
 EXPLAIN_ACTION: Final = "explain"
-STREAM_ACTIONS: Final = ("stream_open", "stream_latest", "stream_commit")
+STREAM_ACTIONS: Final = ("stream_open", "stream_latest", "stream_commit", "stream_wait")
 STREAM_IDLE_TTL: Final = 600.0
 """Seconds a stream nobody asked about keeps running its providers."""
 _TRANSPORT_HEADERS: Final = frozenset(
@@ -144,6 +146,13 @@ class CoordinatorService(FlightHandler):
             )
         return {feed.id: provider for feed, provider in zip(feeds, slices, strict=True)}
 
+    async def _wait_ended(self, body: bytes) -> dict[str, Any]:
+        request = json.loads(body)
+        stream = self.coordinator.streams.get(str(request["stream"]))
+        with anyio.move_on_after(float(request.get("timeout", 60))):
+            await stream.wait_ended()
+        return {"stream": stream.stream_id, "offsets": stream.latest(), "ended": stream.ended}
+
     def _stream_action(self, kind: str, body: bytes) -> dict[str, Any]:
         streams = self.coordinator.streams
         streams.close_idle(STREAM_IDLE_TTL)
@@ -151,7 +160,12 @@ class CoordinatorService(FlightHandler):
             query = parse_table_query(FlightDescriptor(cmd=body))
             plan = self.catalog.plan(query.table, query.arguments)
             stream = self.coordinator.open_stream(stream_key(query.table, query.arguments), plan)
-            return {"stream": stream.stream_id, "start": stream.start(), "offsets": stream.latest()}
+            return {
+                "stream": stream.stream_id,
+                "start": stream.start(),
+                "offsets": stream.latest(),
+                "ended": stream.ended,
+            }
         try:
             request = json.loads(body)
             stream = streams.get(str(request["stream"]))
@@ -159,9 +173,18 @@ class CoordinatorService(FlightHandler):
             raise InvalidArgument(f"{kind} needs a JSON body with 'stream': {exc}") from None
         if kind == "stream_commit":
             stream.commit({str(k): int(v) for k, v in dict(request.get("offsets", {})).items()})
-        return {"stream": stream.stream_id, "offsets": stream.latest()}
+        return {"stream": stream.stream_id, "offsets": stream.latest(), "ended": stream.ended}
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
+        if action.type == "stream_wait":
+            try:
+                answer = await self._wait_ended(action.body)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InvalidArgument(
+                    f"stream_wait needs a JSON body with 'stream': {exc}"
+                ) from None
+            yield json.dumps(answer).encode()
+            return
         if action.type in STREAM_ACTIONS:
             yield json.dumps(self._stream_action(action.type, action.body)).encode()
             return
@@ -186,6 +209,7 @@ class CoordinatorService(FlightHandler):
             ActionType(type="stream_open", description="open a table's stream: body = TableQuery"),
             ActionType(type="stream_latest", description='offsets now: {"stream": id}'),
             ActionType(type="stream_commit", description='drop units: {"stream", "offsets"}'),
+            ActionType(type="stream_wait", description='until a finite feed ended: {"stream"}'),
         ]
 
     def _forget_released(self) -> None:

@@ -121,6 +121,17 @@ class FeedStream:
         while log.end < count and not log.ended and log.error is None:
             await log.grown.wait()
 
+    @property
+    def ended(self) -> bool:
+        """Every partition's provider ended (a finite feed was discovered whole)."""
+        return all(log.ended for log in self.logs.values())
+
+    async def wait_ended(self) -> None:
+        """Until every partition's provider ended or failed."""
+        for log in self.logs.values():
+            while not log.ended and log.error is None:
+                await log.grown.wait()
+
     def latest(self) -> Offsets:
         """Units discovered so far, per partition key (a provider's failure is raised)."""
         self.touch()

@@ -125,3 +125,27 @@ async def test_an_uncommitted_backlog_pauses_the_provider() -> None:
         await stream.wait_discovered("0:0", 15)
         await anyio.wait_all_tasks_blocked()
         assert stream.latest()["0:0"] == 15
+
+
+async def test_stream_wait_answers_once_a_finite_feed_was_discovered_whole() -> None:
+    async with service() as cluster:
+        opened = await anyio.to_thread.run_sync(
+            action, cluster.location, "stream_open", table_command("counted", [3])
+        )
+        body = json.dumps({"stream": opened["stream"], "timeout": 30}).encode()
+        waited = await anyio.to_thread.run_sync(action, cluster.location, "stream_wait", body)
+        assert waited["ended"] is True
+        assert waited["offsets"] == {"0:0": 3, "0:1": 3}
+
+
+async def test_stream_wait_on_a_live_feed_gives_up_at_its_timeout() -> None:
+    name = uuid.uuid4().hex
+    async with service() as cluster:
+        opened = await anyio.to_thread.run_sync(
+            action, cluster.location, "stream_open", table_command("live", [name, 1])
+        )
+        body = json.dumps({"stream": opened["stream"], "timeout": 0.05}).encode()
+        waited = await anyio.to_thread.run_sync(action, cluster.location, "stream_wait", body)
+        assert waited["ended"] is False
+        with pytest.raises(pa.ArrowInvalid, match="stream_wait needs a JSON body"):
+            await anyio.to_thread.run_sync(action, cluster.location, "stream_wait", b"{}")
