@@ -3,8 +3,9 @@
 `scan(task_count, 'chunks_p0', 'chunks_p1', ...)` is a table whose rows come from chunks that
 a provider on the coordinator discovers while the query runs; workers turn each chunk of n
 rows into n rows (task, partition). This program starts an embedded coordinator with local
-workers, and runs the SQL on Spark (local mode, or a cluster with --master), which reads the
-scan in parallel, one Spark partition per flightfeed partition, straight from the workers.
+workers, and runs the SQL on Spark (local mode, a cluster with --master, or a Spark Connect
+server with --remote), which reads the scan in parallel, one Spark partition per flightfeed
+partition, straight from the workers.
 
     python examples/work_unit_feed.py "SELECT count(*) AS cnt, task
         FROM scan(2, '3,1', '2', '4', '1,1') GROUP BY task ORDER BY task"
@@ -29,14 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="show Spark's plan and flightfeed's stages, tasks and workers instead of running it",
     )
-    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--master", help="Spark master URL (default local[2])")
+    where.add_argument("--remote", help="Spark Connect server, sc://host:port")
     parser.add_argument("--workers", type=int, default=4, help="local flightfeed workers (4)")
     args = parser.parse_args(argv)
 
-    from flightfeed.spark import error_message, explain, local_session, sql
+    from flightfeed.spark import error_message, explain, spark_session, sql
 
     with serve_in_background(catalog(), local_workers=args.workers) as cluster:
-        spark = local_session("work_unit_feed", master=args.master)
+        spark = spark_session("work_unit_feed", master=args.master, remote=args.remote)
         try:
             df = sql(spark, cluster.location, args.query)
             if args.show_distributed_plan:

@@ -8,7 +8,15 @@
 Nothing else in flightfeed imports this package.
 """
 
-from .session import check_python_workers, java_runtime, local_session, register
+from .pipelines import register_in_pipeline
+from .session import (
+    check_python_workers,
+    connect_session,
+    java_runtime,
+    local_session,
+    register,
+    spark_session,
+)
 from .source import SOURCE_NAME, FlightfeedDataSource, FlightfeedReader, TableOptions
 from .sql import TableCall, catalog_tables, error_message, explain, rewrite, sql
 
@@ -20,11 +28,14 @@ __all__ = [
     "TableOptions",
     "catalog_tables",
     "check_python_workers",
+    "connect_session",
     "error_message",
     "explain",
     "java_runtime",
     "local_session",
     "register",
+    "register_in_pipeline",
     "rewrite",
+    "spark_session",
     "sql",
 ]

@@ -13,9 +13,10 @@ from typing import Any
 import pyarrow as pa
 
 from .._version import __version__
-from ..errors import FlightfeedError
+from ..errors import FlightfeedError, InvalidArgument
 from .source import FlightfeedDataSource
 
+FILTER_PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
@@ -27,9 +28,13 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
 def register(spark: Any, *, check_workers: bool = True) -> None:
     """Register the `flightfeed` data source on a session (classic or Spark Connect), turn on
     filter pushdown for Python data sources, and check that Spark's Python workers import this
-    flightfeed version."""
+    flightfeed version.
+
+    The setting is only written when it is off: a Declarative Pipeline forbids session changes
+    in its transformation files, so set it in the pipeline spec's `configuration` there."""
     spark.dataSource.register(FlightfeedDataSource)
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    if spark.conf.get(FILTER_PUSHDOWN, "false").lower() != "true":
+        spark.conf.set(FILTER_PUSHDOWN, "true")
     if check_workers:
         check_python_workers(spark)
 
@@ -92,3 +97,22 @@ def local_session(app_name: str = "flightfeed", master: str = "local[2]", **conf
     spark = builder.getOrCreate()
     register(spark)
     return spark
+
+
+def connect_session(remote: str, app_name: str = "flightfeed") -> Any:
+    """A Spark Connect session (`sc://host:port`) ready for flightfeed. The server's Python
+    workers must import flightfeed: `register` checks that they do."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
+    register(spark)
+    return spark
+
+
+def spark_session(app_name: str, *, master: str | None = None, remote: str | None = None) -> Any:
+    """A session for `master` (local[2] if neither is given) or, over Spark Connect, `remote`."""
+    if master and remote:
+        raise InvalidArgument("give a Spark master or a Spark Connect remote, not both")
+    if remote:
+        return connect_session(remote, app_name)
+    return local_session(app_name, master=master or "local[2]")

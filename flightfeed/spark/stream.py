@@ -4,7 +4,9 @@ Offsets are the work units the table's providers discovered so far, per feed par
 coordinator runs them as a stream while readers use it). Each micro-batch reads the units
 between two offsets, held on the workers like a batch read; a retried micro-batch reads the
 same units. `maxUnitsPerTrigger` caps a micro-batch (a ReadMaxRows limit from Spark caps it
-too), `Trigger.AvailableNow` reads what was discovered when the query started, and a query
+too), `Trigger.AvailableNow` reads what was discovered when the query started (with
+`awaitFeedEnd` seconds, it first waits up to that long for a finite feed to be discovered
+whole: what a triggered Declarative Pipeline run over a finite feed wants), and a query
 restarted from its checkpoint resumes at the checkpointed offsets: no unit is read twice.
 """
 
@@ -31,6 +33,7 @@ from . import client
 from .source import TableOptions, arrow_schema, conform
 
 MAX_UNITS_OPTION = "maxunitspertrigger"
+AWAIT_END_OPTION = "awaitfeedend"
 
 
 class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -49,6 +52,14 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 raise InvalidArgument("option 'maxUnitsPerTrigger' must be an integer") from None
             if self.max_units < 1:
                 raise InvalidArgument("option 'maxUnitsPerTrigger' must be at least 1")
+        self.await_end = 0.0
+        if AWAIT_END_OPTION in found:
+            try:
+                self.await_end = float(found[AWAIT_END_OPTION])
+            except ValueError:
+                raise InvalidArgument("option 'awaitFeedEnd' must be a number of seconds") from None
+            if self.await_end < 0:
+                raise InvalidArgument("option 'awaitFeedEnd' must not be negative")
         self.target: dict[str, int] | None = None
 
     # -- offsets ----------------------------------------------------------------------------
@@ -73,6 +84,16 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ReadMaxRows(self.max_units) if self.max_units else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        if self.await_end > 0:
+            self._open()
+            body = json.dumps({"stream": self.stream, "timeout": self.await_end}).encode()
+            client.stream_action(
+                self.table.uri,
+                "stream_wait",
+                body,
+                self.table.headers,
+                timeout=self.await_end + self.table.timeout,
+            )
         self.target = self._latest()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:

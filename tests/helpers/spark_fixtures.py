@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,17 +25,37 @@ from flightfeed.errors import FlightfeedError
 from helpers.spark_catalog import spark_test_catalog, tagging_session
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """A local[2] session whose tasks may fail and be retried (up to 4 attempts)."""
-    from flightfeed.spark import java_runtime, local_session
+def require_java() -> None:
+    """Skip without a Java runtime, except on CI, whose machines have one."""
+    from flightfeed.spark import java_runtime
 
     try:
         java_runtime()
     except FlightfeedError as exc:
         if os.environ.get("CI"):
-            raise  # CI machines have Java: a missing one is a failure there
+            raise
         pytest.skip(str(exc))
+
+
+def spark_env() -> dict[str, str]:
+    """The environment for Spark's own programs: SPARK_HOME is the installed pyspark package,
+    and Spark's Python workers run this interpreter."""
+    import pyspark
+
+    return {
+        **os.environ,
+        "SPARK_HOME": os.path.dirname(pyspark.__file__),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local[2] session whose tasks may fail and be retried (up to 4 attempts)."""
+    from flightfeed.spark import local_session
+
+    require_java()
     session = local_session("flightfeed-tests", master="local[2,4]")
     try:
         yield session
@@ -75,21 +98,12 @@ def _drain(proc: subprocess.Popen[str]) -> None:
 
 @pytest.fixture(scope="session")
 def standalone_master() -> Iterator[str]:
-    """A real Spark standalone cluster on localhost: a master and a worker process (2 cores,
-    2 GB); yields the master URL. Executors it starts are processes of their own."""
-    import pyspark
-
-    from flightfeed.spark import java_runtime
-
-    try:
-        java_runtime()
-    except FlightfeedError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(exc))
-    home = os.path.dirname(pyspark.__file__)
-    spark_class = os.path.join(home, "bin", "spark-class")
-    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1"}
+    """A real Spark standalone cluster on localhost: a master and a worker process (4 cores,
+    4 GB: room for the Spark Connect server's executor and one application's); yields the
+    master URL. Executors it starts are processes of their own."""
+    require_java()
+    env = spark_env()
+    spark_class = os.path.join(env["SPARK_HOME"], "bin", "spark-class")
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
     master = subprocess.Popen(
@@ -102,18 +116,56 @@ def standalone_master() -> Iterator[str]:
         _wait_for_line(master, "I have been elected leader", "the Spark master")
         _drain(master)
         worker = subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--cores", "2",
-             "--memory", "2g", "--host", "127.0.0.1", "--webui-port", str(_free_port())],
+            [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--cores", "4",
+             "--memory", "4g", "--host", "127.0.0.1", "--webui-port", str(_free_port())],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
         )  # fmt: skip
         _wait_for_line(worker, "Successfully registered with master", "the Spark worker")
         _drain(worker)
         yield url
     finally:
-        for proc in (worker, master):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        _stop(worker, master)
+
+
+def _stop(*procs: subprocess.Popen[str] | None) -> None:
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@dataclass(frozen=True)
+class ConnectServer:
+    """A Spark Connect server whose applications run on the standalone cluster."""
+
+    url: str
+    warehouse: Path
+
+
+@pytest.fixture(scope="session")
+def connect_server(
+    standalone_master: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConnectServer]:
+    """A Spark Connect server (its driver a process of its own) on the standalone cluster,
+    holding 2 of its 4 cores; tables it writes go under `warehouse`."""
+    home = tmp_path_factory.mktemp("connect")
+    warehouse = home / "warehouse"
+    env = spark_env()
+    port = _free_port()
+    server = subprocess.Popen(
+        [os.path.join(env["SPARK_HOME"], "bin", "spark-submit"),
+         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+         "--master", standalone_master, "--conf", "spark.cores.max=2",
+         "--conf", f"spark.connect.grpc.binding.port={port}",
+         "--conf", f"spark.sql.warehouse.dir={warehouse}", "--conf", "spark.ui.enabled=false"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=home,
+    )  # fmt: skip
+    try:
+        _wait_for_line(server, "Spark Connect server started", "the Spark Connect server")
+        _drain(server)
+        yield ConnectServer(f"sc://127.0.0.1:{port}", warehouse)
+    finally:
+        _stop(server)
