@@ -37,12 +37,12 @@ from .._generated.arrow.flight.protocol import (
 )
 from ..errors import FlightfeedError, InvalidArgument, Unimplemented
 from .errors import PLAIN_ERRORS, ErrorMapping
-from .grpc import GrpcServer, RawBytes
+from .grpc import GrpcServer, RawBytes, parse_message
 from .internals import can_send_status, listening_socket, method_name, raw_stream
 from .keepalive import KeepalivePolicy
 from .schema import schema_to_ipc
 from .streams import FlightDataReader, FlightDataWriter
-from .wire import DEFAULT_MAX_MESSAGE_SIZE
+from .wire import DEFAULT_MAX_MESSAGE_SIZE, recv_raw
 
 log = logging.getLogger(__name__)
 M = TypeVar("M")
@@ -131,16 +131,39 @@ class FlightHandler:
 Body = Callable[[grpclib.server.Stream[Any, Any], CallContext], Awaitable[None]]
 
 
-async def receive_request(stream: grpclib.server.Stream[Any, M]) -> Any:
-    """The single request message of a unary-request RPC, with a clear error if malformed."""
+async def receive_message(
+    stream: grpclib.server.Stream[Any, Any], message_type: type, max_message_size: int
+) -> Any:
+    """The next request message of a call, or None at the end of the requests. Its size is
+    checked on its 5-byte gRPC prefix, before any of its body is buffered (grpclib's own
+    receive believes the prefix and buffers up to 4 GiB first); RawBytes messages come as they
+    are, others are parsed strictly."""
     try:
-        request = await stream.recv_message()
+        data = await recv_raw(raw_stream(stream), max_message_size)
+        if data is None or message_type is RawBytes:
+            return data
+        return parse_message(data, message_type, max_message_size)
     except InvalidArgument as exc:
         raise InvalidArgument(f"malformed request message: {exc.message}") from None
-    except FlightfeedError:  # e.g. ResourceExhausted for an oversized request
+    except FlightfeedError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # betterproto2's own complaints about a value
         raise InvalidArgument(f"malformed request message: {exc}") from None
+
+
+async def receive_messages(
+    stream: grpclib.server.Stream[Any, Any], message_type: type, max_message_size: int
+) -> AsyncIterator[Any]:
+    """Every request message of a streaming call (see receive_message)."""
+    while (message := await receive_message(stream, message_type, max_message_size)) is not None:
+        yield message
+
+
+async def receive_request(
+    stream: grpclib.server.Stream[Any, Any], message_type: type, max_message_size: int
+) -> Any:
+    """The single request message of a unary-request RPC, with a clear error if malformed."""
+    request = await receive_message(stream, message_type, max_message_size)
     if request is None:
         raise InvalidArgument("request message missing")
     return request
@@ -238,7 +261,7 @@ class FlightService:
 
     async def _handshake(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
         async def requests() -> AsyncIterator[HandshakeRequest]:
-            async for request in stream:
+            async for request in receive_messages(stream, HandshakeRequest, self.max_message_size):
                 yield request
 
         async for response in self.handler.handshake(ctx, requests()):
@@ -247,29 +270,29 @@ class FlightService:
     async def _list_flights(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        criteria = await receive_request(stream)
+        criteria = await receive_request(stream, Criteria, self.max_message_size)
         async for info in self.handler.list_flights(ctx, criteria.expression):
             await stream.send_message(info)
 
     async def _get_flight_info(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        descriptor = await receive_request(stream)
+        descriptor = await receive_request(stream, FlightDescriptor, self.max_message_size)
         await stream.send_message(await self.handler.get_flight_info(ctx, descriptor))
 
     async def _poll_flight_info(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        descriptor = await receive_request(stream)
+        descriptor = await receive_request(stream, FlightDescriptor, self.max_message_size)
         await stream.send_message(await self.handler.poll_flight_info(ctx, descriptor))
 
     async def _get_schema(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        descriptor = await receive_request(stream)
+        descriptor = await receive_request(stream, FlightDescriptor, self.max_message_size)
         schema = await self.handler.get_schema(ctx, descriptor)
         await stream.send_message(SchemaResult(schema=schema_to_ipc(schema)))
 
     async def _do_get(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        ticket = await receive_request(stream)
+        ticket = await receive_request(stream, Ticket, self.max_message_size)
         writer = FlightDataWriter(
             raw_stream(stream), before_first_write=stream.send_initial_metadata
         )
@@ -287,14 +310,14 @@ class FlightService:
         await self.handler.do_exchange(ctx, reader, writer)
 
     async def _do_action(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        action = await receive_request(stream)
+        action = await receive_request(stream, Action, self.max_message_size)
         async for body in self.handler.do_action(ctx, action):
             await stream.send_message(Result(body=body))
 
     async def _list_actions(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        await receive_request(stream)
+        await receive_request(stream, Empty, self.max_message_size)
         for action_type in await self.handler.list_actions(ctx):
             await stream.send_message(action_type)
 

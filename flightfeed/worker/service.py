@@ -20,7 +20,13 @@ from .._generated.flightfeed.v1 import (
 from ..concurrency import off_loop
 from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes, parse_message
-from ..flight.server import CallContext, call_writer, receive_request, rpc_boundary
+from ..flight.server import (
+    CallContext,
+    call_writer,
+    receive_messages,
+    receive_request,
+    rpc_boundary,
+)
 from ..session import Headers
 from .endpoint import WorkerHandlers
 from .rpc.do_get import FlightSink
@@ -53,7 +59,7 @@ class WorkerService:
         async def inbound() -> AsyncIterator[CoordinatorToWorkerMsg]:
             # Received raw and parsed here: a large SetPlan or batch of units is parsed on a
             # worker thread, so the event loop keeps serving every other call meanwhile.
-            async for raw in stream:
+            async for raw in receive_messages(stream, RawBytes, self.max_message_size):
                 yield await off_loop(self._parse_control, raw, nbytes=len(raw))
 
         await self.handlers.coordinator_channel(
@@ -63,14 +69,14 @@ class WorkerService:
     async def _execute_task(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        request = await receive_request(stream)
+        request = await receive_request(stream, ExecuteTaskRequest, self.max_message_size)
         sink = FlightSink(call_writer(stream))
         await self.handlers.execute_task(request_headers(ctx), request, sink)
 
     async def _get_worker_info(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
-        await receive_request(stream)
+        await receive_request(stream, GetWorkerInfoRequest, self.max_message_size)
         await stream.send_message(self.handlers.worker_info())
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:

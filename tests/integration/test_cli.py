@@ -7,11 +7,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
+from helpers.worker_process import start_worker
+from helpers.worker_process import worker_process as live_worker
 
 from flightfeed._version import __version__
 from flightfeed.cli import build_parser, worker_config
@@ -19,32 +20,11 @@ from flightfeed.flight import KeepalivePolicy
 from flightfeed.flight.grpc import GrpcChannel
 from flightfeed.flight.tuning import run
 
-TESTS_DIR = str(Path(__file__).resolve().parents[1])
-
-
-def _start_worker(*extra: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flightfeed.cli", "worker", "--port", "0", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": TESTS_DIR},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert "listening on grpc://" in line, line + (proc.stderr.read() if proc.stderr else "")
-    return proc, line.rsplit(" ", 1)[1].strip()
-
 
 @pytest.fixture
 def worker_process() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    proc, location = _start_worker()
-    try:
-        yield proc, location
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+    with live_worker() as running:
+        yield running
 
 
 def test_version_flag() -> None:
@@ -112,7 +92,7 @@ def test_session_builder_loaded_by_import_path() -> None:
     from flightfeed.protocol import WorkerClient
     from flightfeed.session import SessionStateBuilder
 
-    proc, location = _start_worker(
+    proc, location = start_worker(
         "--session-builder", "helpers.worker_plans:header_session_builder"
     )
     planning = SessionStateBuilder().with_scalar_udf(tag_udf("planning")).build()

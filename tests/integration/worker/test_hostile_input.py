@@ -1,0 +1,65 @@
+"""A live `flightfeed worker` process against hostile clients: what a client declares is
+checked before memory is spent on it, the answer is a precise status, and the worker keeps
+serving everyone else."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from grpclib.const import Status
+from helpers.raw_h2 import CallAnswer, RawH2Client, grpc_message
+from helpers.worker_process import resident_bytes, worker_process
+
+from flightfeed.flight.client import parse_location
+from flightfeed.protocol import WorkerClient
+
+pytestmark = pytest.mark.anyio
+
+FLIGHT = "/arrow.flight.protocol.FlightService/"
+WORKER = "/flightfeed.v1.WorkerService/"
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def live_worker() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    with worker_process() as running:
+        yield running
+
+
+async def declare_and_send(location: str, path: str, declared: int, body: int) -> CallAnswer:
+    """A call whose gRPC prefix declares `declared` bytes, followed by up to `body` bytes that
+    the worker should never take in."""
+    client = await RawH2Client.connect(*parse_location(location))
+    try:
+        chunk = bytes(MiB)
+        return await client.call(path, [grpc_message(b"", declared), *[chunk] * (body // MiB)])
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        WORKER + "GetWorkerInfo",
+        WORKER + "CoordinatorChannel",
+        WORKER + "ExecuteTask",
+        FLIGHT + "DoGet",
+        FLIGHT + "GetFlightInfo",
+        FLIGHT + "DoAction",
+    ],
+    ids=lambda path: path.rsplit("/", 1)[-1],
+)
+async def test_a_declared_length_is_checked_before_the_body_is_buffered(
+    live_worker: tuple[subprocess.Popen[str], str], path: str
+) -> None:
+    proc, location = live_worker
+    before = resident_bytes(proc.pid)
+    answer = await declare_and_send(location, path, declared=(1 << 32) - 1, body=256 * MiB)
+    assert answer.status == Status.RESOURCE_EXHAUSTED.value, answer
+    assert f"gRPC message of {(1 << 32) - 1} bytes exceeds the limit" in answer.message
+    # Before the check moved to the prefix, each such call grew the worker by ~280 MB.
+    assert resident_bytes(proc.pid) - before < 48 * MiB
+    async with WorkerClient(location) as client:  # the worker serves others meanwhile
+        assert (await client.worker_info()).version
