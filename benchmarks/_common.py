@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 
 def result_line(name: str, value: float, unit: str, ratio: float, target: float) -> str:
@@ -42,3 +44,22 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def worker_process(session_builder: str) -> Iterator[str]:
+    """A `flightfeed worker --port 0` in its own process, with `session_builder`
+    (pkg.module:attr); yields its URL."""
+    command = [sys.executable, "-m", "flightfeed.cli", "--log-level", "WARNING", "worker"]
+    command += ["--port", "0", "--session-builder", session_builder]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"listening on (\S+)", line)
+        if found is None:
+            raise RuntimeError(f"worker failed to start: {line!r}")
+        yield found.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -17,22 +17,20 @@ Run: python benchmarks/feed_dispatch.py [--units 1000000] [--rounds 3] [--partit
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import median, result_line
+from _common import median, result_line, worker_process
 
 from flightfeed.coordinator import Coordinator, StaticWorkerResolver
 from flightfeed.plan import Coalesce
 from flightfeed.testing.feeds import COUNT_AT_END, UnitProvider, unit_coordinator_options, unit_scan
 
 TARGET = 250_000
+SESSION_BUILDER = "flightfeed.testing.feeds:unit_session_builder"  # decodes UnitScan
 BODY = b"unit-0123456789a"  # 16 bytes: a small descriptor, such as an offset or a key
 
 
@@ -46,24 +44,6 @@ def count_plan(counts: Sequence[int], stall: int | None = None) -> Coalesce:
     provider = UnitProvider(counts, body=BODY)
     stalled = frozenset() if stall is None else frozenset({stall})
     return Coalesce(unit_scan(provider, every=COUNT_AT_END, stalled=stalled))
-
-
-@contextmanager
-def worker_process() -> Iterator[str]:
-    """A `flightfeed worker --port 0` in its own process that knows UnitScan; yields its URL."""
-    command = [sys.executable, "-m", "flightfeed.cli", "--log-level", "WARNING", "worker"]
-    command += ["--port", "0", "--session-builder", "flightfeed.testing.feeds:unit_session_builder"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        found = re.search(r"listening on (\S+)", line)
-        if found is None:
-            raise RuntimeError(f"worker failed to start: {line!r}")
-        yield found.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 async def dispatch_rate(url: str, units: int, partitions: int, rounds: int) -> list[float]:
@@ -89,7 +69,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args()
-    with worker_process() as url:
+    with worker_process(SESSION_BUILDER) as url:
         rates = run(lambda: dispatch_rate(url, args.units, args.partitions, args.rounds))
     for i, rate in enumerate(rates):
         print(f"round {i}: {rate:,.0f} units/s")

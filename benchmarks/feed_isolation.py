@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import median, result_line
-from feed_dispatch import coordinator, count_plan, worker_process
+from _common import median, result_line, worker_process
+from feed_dispatch import SESSION_BUILDER, coordinator, count_plan
 
 from flightfeed.coordinator import Coordinator
 
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fast", type=int, default=4, help="fast partitions")
     args = parser.parse_args()
-    with worker_process() as url:
+    with worker_process(SESSION_BUILDER) as url:
         baseline, stalled = run(lambda: measure(url, args.fast, args.units, args.rounds))
     for i, (b, s) in enumerate(zip(baseline, stalled, strict=True)):
         print(f"round {i}: none stalled {b:,.0f} units/s, one stalled {s:,.0f} units/s")

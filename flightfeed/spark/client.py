@@ -85,16 +85,18 @@ def read_endpoint(
     """The batches of one endpoint, read from the first of its locations that answers."""
     errors: list[str] = []
     for location in endpoint.locations:
+        yielded = False
         try:
             with fl.connect(location) as client:
                 reader = client.do_get(fl.Ticket(endpoint.ticket), _options(headers, timeout))
                 for chunk in reader:
+                    yielded = True
                     yield chunk.data
             return
         except (fl.FlightError, pa.ArrowException, OSError) as exc:
             error = flight_error(location, "DoGet", exc)
-            if not isinstance(error, RemoteError):
-                raise error from None
+            if yielded or not isinstance(error, RemoteError):
+                raise error from None  # another location would repeat the rows already read
             errors.append(str(error))  # unreachable: try the next location
     raise RemoteError(
         "; ".join(errors) or "an endpoint with no location", grpc_status=Status.UNAVAILABLE

@@ -2,6 +2,8 @@
 (through flightfeed, from a Python data source, from Parquet) without any of them paying for
 I/O. Each process generates a partition once (Arrow C++ kernels) and keeps it; a
 `GeneratedRows` leaf serves it from a worker, and only its three numbers travel in a plan.
+`catalog` serves it as the table `generated(rows, partitions)`; workers in other processes
+decode it with `--session-builder flightfeed.testing.rows:worker_session`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..coordinator import Catalog
 from ..errors import InvalidArgument, PlanDecodeError
 from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
 from ..plan.base import expect_children
@@ -134,10 +137,24 @@ class GeneratedRowsCodec:
             raise PlanDecodeError(f"{kind}: {exc}") from None
 
 
+catalog: Final = Catalog().with_codec(GeneratedRowsCodec())
+
+
+@catalog.table("generated")
+def generated(rows: int, partitions: int = 1) -> ExecutionPlan:
+    """`rows` generated rows (id, x, bucket, name) in `partitions` partitions."""
+    return GeneratedRows(rows, partitions)
+
+
+worker_session: Final = catalog.worker_session
+"""The session builder of a worker that serves `catalog`'s table."""
+
 __all__ = [
     "ROWS_SCHEMA",
     "GeneratedRows",
     "GeneratedRowsCodec",
+    "catalog",
     "generated_partition",
     "generated_table",
+    "worker_session",
 ]
