@@ -6,11 +6,13 @@ Private grpclib/h2 names are reached only through internals.py.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import betterproto2
 import grpclib.client
 import grpclib.server
+from grpclib.const import Status
 from grpclib.encoding.base import CodecBase
 from grpclib.protocol import H2Protocol
 
@@ -24,6 +26,7 @@ from .internals import (
 )
 from .keepalive import KeepalivePolicy, KeepaliveTimer
 from .protowire import check_wire_format
+from .request_headers import refusal
 from .tuning import advertise_max_frame_size, apply_process_tuning, grpc_config
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
@@ -124,6 +127,14 @@ class TunedH2Protocol(H2Protocol):
         transport.abort()  # close() would wait to flush towards a peer that reads nothing
 
 
+def _refused(headers: Iterable[tuple[str, str]]) -> tuple[Status, str] | None:
+    found = refusal(headers)
+    if found is None:
+        return None
+    log.debug("refused a call: %s", found.message)
+    return found.status, found.message
+
+
 class GrpcServer(ServerBase):
     """grpclib Server with flightfeed's codec, windows, frame size and keepalive."""
 
@@ -138,6 +149,7 @@ class GrpcServer(ServerBase):
         super().__init__(
             handlers,
             raw_message_type=RawBytes,
+            check=_refused,
             codec=MessageCodec(max_message_size),
             config=grpc_config(),
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import socket
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import grpclib.client
@@ -27,12 +27,14 @@ import h2.connection
 import h2.frame_buffer
 import hyperframe.frame
 from grpclib.const import Status
+from grpclib.metadata import encode_grpc_message
 from grpclib.protocol import H2Protocol
 from h2.connection import ConnectionInputs
 from h2.stream import StreamInputs
 
 CLASS_ATTRIBUTES: Final[Mapping[type, tuple[str, ...]]] = {
     grpclib.server.Server: ("_protocol_factory", "__gc_step__"),
+    grpclib.server.Handler: ("__gc_step__",),
     grpclib.client.Channel: ("_protocol_factory",),
     grpclib.client.Stream: ("_process_grpc_status",),
     h2.connection.H2Connection: ("_get_stream_by_id",),
@@ -51,6 +53,7 @@ INSTANCE_ATTRIBUTES: Final[Mapping[str, tuple[str, ...]]] = {
         "_handlers",
         "__dispatch__",
     ),
+    "grpclib.server.Handler": ("_tasks", "loop"),
     "grpclib.client.Channel": ("_config", "_h2_config"),
     "grpclib.client.Stream": ("_stream", "_wrapper", "_end_done", "_send_request_done"),
     "grpclib.server.Stream": ("_stream", "_method_name", "_send_trailing_metadata_done"),
@@ -237,12 +240,75 @@ class _MethodsOrUnimplemented(dict[str, grpclib.const.Handler]):
         return super().get(key, self._fallback)
 
 
+RequestCheck = Callable[[Iterable[tuple[str, str]]], "tuple[Status, str] | None"]
+"""Decides, from a call's request headers, whether to refuse it (its status and message)."""
+
+
+class RefusingHandler(grpclib.server.Handler):
+    """grpclib's connection handler, answering calls that `check` refuses before grpclib's
+    request handling sees them. The answer runs as a task of the handler, as grpclib's own
+    request handlers do, so closing the server cancels it too."""
+
+    def __init__(self, *args: Any, check: RequestCheck) -> None:
+        super().__init__(*args)
+        self.check = check
+
+    def accept(
+        self, stream: grpclib.protocol.Stream, headers: Any, release_stream: Callable[[], Any]
+    ) -> None:
+        refused = self.check(headers)
+        if refused is None:
+            super().accept(stream, headers, release_stream)
+            return
+        self.__gc_step__()
+        self._tasks[stream] = self.loop.create_task(_refuse(stream, *refused, release_stream))
+
+
+async def _refuse(
+    stream: grpclib.protocol.Stream,
+    status: Status,
+    message: str,
+    release_stream: Callable[[], Any],
+) -> None:
+    try:
+        await stream.send_headers(
+            [
+                (":status", "200"),
+                ("content-type", "application/grpc"),
+                ("grpc-status", str(status.value)),
+                ("grpc-message", encode_grpc_message(message)),
+            ],
+            end_stream=True,
+        )
+        if stream.closable:
+            stream.reset_nowait()  # the request is not read: stop its sender
+    finally:
+        release_stream()
+
+
+def server_handlers(server: grpclib.server.Server) -> list[grpclib.server.Handler]:
+    """The connection handlers of a server (one per open connection)."""
+    return list(server._handlers)
+
+
+def _serve_all(headers: Iterable[tuple[str, str]]) -> None:
+    return None
+
+
 class ServerBase(grpclib.server.Server):
     """grpclib's Server building its connections with `make_protocol`, answering unknown
     methods with UNIMPLEMENTED, and able to close every open connection."""
 
-    def __init__(self, handlers: list[Any], *, raw_message_type: type, **options: Any) -> None:
+    def __init__(
+        self,
+        handlers: list[Any],
+        *,
+        raw_message_type: type,
+        check: RequestCheck = _serve_all,
+        **options: Any,
+    ) -> None:
         super().__init__(handlers, **options)
+        self._check = check
         self._mapping = _MethodsOrUnimplemented(self._mapping, raw_message_type)
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
 
@@ -252,8 +318,12 @@ class ServerBase(grpclib.server.Server):
 
     def _protocol_factory(self) -> H2Protocol:
         self.__gc_step__()
-        handler = grpclib.server.Handler(
-            self._mapping, self._codec, self._status_details_codec, self.__dispatch__
+        handler = RefusingHandler(
+            self._mapping,
+            self._codec,
+            self._status_details_codec,
+            self.__dispatch__,
+            check=self._check,
         )
         self._handlers.add(handler)
         protocol: H2Protocol = self.make_protocol(handler, self._config, self._h2_config)

@@ -62,8 +62,16 @@ class RawH2Client:
         if data:
             await self.socket.send(data)
 
-    async def call(self, path: str, chunks: Iterable[bytes], *, end: bool = True) -> CallAnswer:
-        """Send `chunks` as the request body of a POST to `path` (ending it if `end`), reading
+    async def call(
+        self,
+        path: str,
+        chunks: Iterable[bytes],
+        *,
+        end: bool = True,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> CallAnswer:
+        """Send `chunks` as the request body of a POST to `path` (ending it if `end`), with
+        `headers` besides the required ones, reading
         the server's answer meanwhile; returns once the server has ended or reset the stream
         (or the connection closed)."""
         stream_id = self.h2.get_next_available_stream_id()
@@ -76,6 +84,7 @@ class RawH2Client:
                 (":authority", self.authority),
                 ("content-type", "application/grpc"),
                 ("te", "trailers"),
+                *headers,
             ],
         )
         await self.flush()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 
+import anyio
 import pytest
 from grpclib.const import Status
 from helpers.raw_h2 import CallAnswer, RawH2Client, grpc_message
@@ -14,8 +15,6 @@ from helpers.worker_process import resident_bytes, worker_process
 
 from flightfeed.flight.client import parse_location
 from flightfeed.protocol import WorkerClient
-
-pytestmark = pytest.mark.anyio
 
 FLIGHT = "/arrow.flight.protocol.FlightService/"
 WORKER = "/flightfeed.v1.WorkerService/"
@@ -39,6 +38,7 @@ async def declare_and_send(location: str, path: str, declared: int, body: int) -
         await client.aclose()
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     "path",
     [
@@ -63,3 +63,33 @@ async def test_a_declared_length_is_checked_before_the_body_is_buffered(
     assert resident_bytes(proc.pid) - before < 48 * MiB
     async with WorkerClient(location) as client:  # the worker serves others meanwhile
         assert (await client.worker_info()).version
+
+
+def test_bad_timeouts_get_precise_statuses_and_no_tracebacks() -> None:
+    """Synchronous: it reads the worker's log once the worker has stopped."""
+    values = ("1n", "abc", "123456789S", "-1S")
+
+    async def calls(location: str) -> dict[str, CallAnswer]:
+        answers = {}
+        for value in values:
+            client = await RawH2Client.connect(*parse_location(location))
+            try:
+                answers[value] = await client.call(
+                    WORKER + "GetWorkerInfo", [grpc_message(b"")], headers=[("grpc-timeout", value)]
+                )
+            finally:
+                await client.aclose()
+        async with WorkerClient(location) as served:
+            assert (await served.worker_info()).version
+        return answers
+
+    with worker_process() as (proc, location):
+        answers = anyio.run(calls, location)
+        proc.terminate()
+        _, log = proc.communicate(timeout=30)
+    # grpclib alone answered UNKNOWN to all four, and logged a traceback for "1n" on every call.
+    assert answers["1n"].status == Status.DEADLINE_EXCEEDED.value
+    for value in values[1:]:
+        assert answers[value].status == Status.INVALID_ARGUMENT.value, answers[value]
+        assert f"invalid grpc-timeout header {value!r}" in answers[value].message
+    assert "Traceback" not in log, log

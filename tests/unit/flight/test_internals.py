@@ -69,8 +69,10 @@ async def live_call() -> AsyncIterator[dict[str, Any]]:
             raw = internals.raw_stream(service.stream)
             client_raw = internals.raw_stream(call)
             h2_connection = internals.stream_h2_connection(client_raw)
+            (handler,) = internals.server_handlers(server)
             yield {
                 "grpclib.server.Server": server,
+                "grpclib.server.Handler": handler,
                 "grpclib.client.Channel": channel,
                 "grpclib.client.Stream": call,
                 "grpclib.server.Stream": service.stream,
@@ -102,6 +104,7 @@ async def test_every_private_attribute_exists_on_live_objects() -> None:
 async def test_live_objects_are_of_the_listed_classes() -> None:
     classes = {
         "grpclib.server.Server": grpclib.server.Server,
+        "grpclib.server.Handler": grpclib.server.Handler,
         "grpclib.client.Channel": grpclib.client.Channel,
         "grpclib.client.Stream": grpclib.client.Stream,
         "grpclib.server.Stream": grpclib.server.Stream,

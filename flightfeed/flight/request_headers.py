@@ -1,0 +1,58 @@
+"""Request headers a server refuses before any handler runs.
+
+grpclib answers a malformed `grpc-timeout` with UNKNOWN, accepts more than the 8 digits the
+gRPC spec allows, and answers a deadline that passed before the call started with UNKNOWN and a
+logged traceback: a log flood any client can cause. These rules decide instead; the server's
+handler (internals.RefusingHandler) answers with the status they give.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from grpclib.const import Status
+
+_TIMEOUT: Final = re.compile(r"([0-9]{1,8})([HMSmun])")
+_UNIT_SECONDS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+MIN_TIMEOUT: Final = 1e-3
+"""A call whose timeout is shorter than this has no time to run: DEADLINE_EXCEEDED at once."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: Status
+    message: str
+
+
+def timeout_seconds(value: str) -> float:
+    """A `grpc-timeout` value in seconds; ValueError naming what the spec wants."""
+    found = _TIMEOUT.fullmatch(value)
+    if found is None:
+        raise ValueError(
+            f"invalid grpc-timeout header {value[:32]!r}: expected 1 to 8 digits and a unit"
+            " (H, M, S, m, u or n)"
+        )
+    return int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+
+
+def refusal(headers: Iterable[tuple[str, str]]) -> Refusal | None:
+    """Why a call with these request headers is refused, or None to serve it."""
+    for name, value in headers:
+        if name != "grpc-timeout":
+            continue
+        try:
+            seconds = timeout_seconds(value)
+        except ValueError as exc:
+            return Refusal(Status.INVALID_ARGUMENT, str(exc))
+        if seconds < MIN_TIMEOUT:
+            return Refusal(
+                Status.DEADLINE_EXCEEDED,
+                f"the call's deadline (grpc-timeout {value}) passed before it could start",
+            )
+    return None
+
+
+__all__ = ["MIN_TIMEOUT", "Refusal", "refusal", "timeout_seconds"]

@@ -1,0 +1,48 @@
+"""The request-header rules: a grpc-timeout as the gRPC spec writes it is served, anything else
+is INVALID_ARGUMENT, and a deadline too short to run in is DEADLINE_EXCEEDED."""
+
+from __future__ import annotations
+
+import pytest
+from grpclib.const import Status
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flightfeed.flight.request_headers import MIN_TIMEOUT, refusal, timeout_seconds
+
+UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
+@given(st.integers(0, 99_999_999), st.sampled_from(sorted(UNITS)))
+def test_spec_timeouts_parse_to_their_seconds(amount: int, unit: str) -> None:
+    value = f"{amount}{unit}"
+    assert timeout_seconds(value) == amount * UNITS[unit]
+    refused = refusal([("grpc-timeout", value)])
+    if amount * UNITS[unit] >= MIN_TIMEOUT:
+        assert refused is None
+    else:
+        assert refused is not None
+        assert refused.status == Status.DEADLINE_EXCEEDED
+
+
+@given(st.text(max_size=20).filter(lambda v: not v[:-1].isascii() or not v[:-1].isdigit()))
+def test_anything_else_is_an_invalid_argument(value: str) -> None:
+    refused = refusal([("grpc-timeout", value)])
+    if refused is not None and refused.status == Status.INVALID_ARGUMENT:
+        assert "invalid grpc-timeout header" in refused.message
+        return
+    pytest.fail(f"{value!r} was not refused as invalid: {refused}")
+
+
+@pytest.mark.parametrize(
+    "value", ["123456789S", "-1S", "1.5S", "1s", "1", "S", " 1S", "\u0663S", "1S\n"]
+)
+def test_malformed_timeouts_are_named_in_the_refusal(value: str) -> None:
+    refused = refusal([("grpc-timeout", value)])
+    assert refused is not None
+    assert refused.status == Status.INVALID_ARGUMENT
+    assert repr(value) in refused.message
+
+
+def test_calls_without_a_timeout_are_served() -> None:
+    assert refusal([("content-type", "application/grpc"), ("te", "trailers")]) is None
