@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,6 +32,8 @@ from ..offload import run_compute
 OUTPUT_BATCH_ROWS = 65536
 TOP_K_COMPACT_ROWS = 65536
 """With `fetch`, buffered rows are cut back to the top k once they reach max(2k, this)."""
+MAX_FETCH: Final = (1 << 63) - 1
+"""Arrow counts rows in int64: a larger top-k (the wire allows uint64) is refused."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,8 @@ class Sort(UnaryNode):
     ) -> None:
         if not keys:
             raise InvalidArgument("Sort needs at least one key")
-        if fetch is not None and fetch < 0:
-            raise InvalidArgument(f"Sort fetch must be >= 0, got {fetch}")
+        if fetch is not None and not 0 <= fetch <= MAX_FETCH:
+            raise InvalidArgument(f"Sort fetch must be in 0..{MAX_FETCH} (int64), got {fetch}")
         for key in keys:
             output_type(key.expr, child.schema, functions)
         self.child = child

@@ -71,6 +71,19 @@ def test_sort_needs_keys() -> None:
         Sort(MemoryScan.from_table(sample_table(3)), [])
 
 
+@pytest.mark.parametrize("fetch", [-1, 1 << 63, (1 << 64) - 1])
+def test_a_fetch_arrow_cannot_count_is_refused(fetch: int) -> None:
+    # (1 << 64) - 1 fits the wire's uint64 and failed later with OverflowError (INTERNAL).
+    with pytest.raises(InvalidArgument, match="Sort fetch must be in"):
+        Sort(MemoryScan.from_table(sample_table(3)), KEYS, fetch=fetch)
+
+
+async def test_the_largest_fetch_sorts_everything() -> None:
+    table = sample_table(300)
+    plan = Sort(MemoryScan.from_table(table, 1), KEYS, fetch=sort_module.MAX_FETCH)
+    assert (await run(plan)).equals(reference(table))
+
+
 async def test_memory_budget_is_enforced() -> None:
     session = SessionStateBuilder().with_memory_budget(1000).build()
     plan = Sort(MemoryScan.from_table(sample_table(5000)), KEYS)
