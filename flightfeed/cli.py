@@ -2,6 +2,7 @@
 
 flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--keepalive SECONDS] [--keepalive-timeout SECONDS]
+                  [--handshake-timeout SECONDS] [--max-connections N]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
                   (--worker grpc://host:port ... | --local-workers N)
 flightfeed demo      the main job on an embedded default (see README)
@@ -20,6 +21,11 @@ import anyio
 
 from ._version import __version__
 from .errors import FlightfeedError, InvalidArgument
+from .flight.connection_limits import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    ConnectionLimits,
+    default_max_connections,
+)
 from .flight.keepalive import KeepalivePolicy
 from .flight.tuning import run
 from .worker.config import WorkerConfig
@@ -34,7 +40,11 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         if args.keepalive
         else None
     )
-    return WorkerConfig(keepalive=keepalive)
+    connections = ConnectionLimits(
+        handshake_timeout=args.handshake_timeout or None,
+        max_connections=args.max_connections or default_max_connections(),
+    )
+    return WorkerConfig(keepalive=keepalive, connections=connections)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -127,6 +137,16 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _non_negative_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flightfeed", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"flightfeed {__version__}")
@@ -165,6 +185,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"drop a caller that sends nothing this long after a ping "
         f"(default {default_keepalive.timeout:g})",
+    )
+    worker.add_argument(
+        "--handshake-timeout",
+        type=_non_negative_seconds,
+        default=DEFAULT_HANDSHAKE_TIMEOUT,
+        metavar="SECONDS",
+        help="close a connection that has not sent the HTTP/2 preface this long after "
+        f"connecting (default {DEFAULT_HANDSHAKE_TIMEOUT:g}; 0 = never)",
+    )
+    worker.add_argument(
+        "--max-connections",
+        type=_non_negative_count,
+        default=0,
+        metavar="N",
+        help="connections served at once; more are closed on arrival (default or 0: half the "
+        "open-files limit)",
     )
     worker.set_defaults(func=_worker)
 

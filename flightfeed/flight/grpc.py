@@ -5,6 +5,7 @@ Private grpclib/h2 names are reached only through internals.py.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any, TypeVar
@@ -17,10 +18,12 @@ from grpclib.encoding.base import CodecBase
 from grpclib.protocol import H2Protocol
 
 from ..errors import ResourceExhausted
+from .connection_limits import ConnectionCount, ConnectionLimits
 from .h2buffer import install as install_streaming_buffer
 from .internals import (
     ChannelBase,
     ServerBase,
+    preface_pending,
     protocol_h2_connection,
     protocol_transport,
 )
@@ -77,14 +80,38 @@ class TunedH2Protocol(H2Protocol):
     """grpclib's protocol, advertising a 4 MiB max frame once the connection is up, with
     optional keepalive (see keepalive.py)."""
 
-    def __init__(self, *args: Any, keepalive: KeepalivePolicy | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        keepalive: KeepalivePolicy | None = None,
+        handshake_timeout: float | None = None,
+        connections: ConnectionCount | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._keepalive_policy = keepalive
         self.keepalive: KeepaliveTimer | None = None
         self._lost_reason: str | None = None
+        self._handshake_timeout = handshake_timeout
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._connections = connections
+        self._admitted = False
 
     def connection_made(self, transport: Any) -> None:
+        if self._connections is not None:
+            if not self._connections.admit():
+                peer = transport.get_extra_info("peername")
+                log.debug(
+                    "refused a connection from %s: %d are open", peer, self._connections.limit
+                )
+                transport.abort()
+                return
+            self._admitted = True
         super().connection_made(transport)
+        if self._handshake_timeout is not None:
+            self._handshake_timer = asyncio.get_running_loop().call_later(
+                self._handshake_timeout, self._handshake_expired
+            )
         # Keep several frames queued in user space so the kernel never runs dry while the
         # event loop comes back to refill; grpclib pauses writers above the high mark.
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
@@ -104,8 +131,17 @@ class TunedH2Protocol(H2Protocol):
         if self.keepalive is not None:
             self.keepalive.heard()
         super().data_received(data)
+        if self._handshake_timer is not None and not preface_pending(protocol_h2_connection(self)):
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        if self._connections is not None:
+            if not self._admitted:
+                return  # refused in connection_made: grpclib never saw it
+            self._connections.release()
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
         if self.keepalive is not None:
             self.keepalive.stop()
         if self._lost_reason is not None:
@@ -117,12 +153,19 @@ class TunedH2Protocol(H2Protocol):
         protocol_h2_connection(self).ping(payload)
         self.connection.flush()
 
-    def _presume_dead(self, reason: str) -> None:
+    def _handshake_expired(self) -> None:
+        self._handshake_timer = None
+        self._presume_dead(
+            f"no HTTP/2 preface within {self._handshake_timeout:g} s of connecting",
+            level=logging.DEBUG,
+        )
+
+    def _presume_dead(self, reason: str, level: int = logging.WARNING) -> None:
         transport = protocol_transport(self)
         if transport is None:  # already closing
             return
         peer = transport.get_extra_info("peername")
-        log.warning("dropping the connection to %s: %s", peer, reason)
+        log.log(level, "dropping the connection to %s: %s", peer, reason)
         self._lost_reason = f"{reason} (peer {peer})" if peer else reason
         transport.abort()  # close() would wait to flush towards a peer that reads nothing
 
@@ -144,6 +187,7 @@ class GrpcServer(ServerBase):
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         *,
         keepalive: KeepalivePolicy | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         apply_process_tuning()
         super().__init__(
@@ -154,9 +198,18 @@ class GrpcServer(ServerBase):
             config=grpc_config(),
         )
         self.keepalive = keepalive
+        self.limits = limits or ConnectionLimits()
+        self.connections = ConnectionCount(self.limits.max_connections)
 
     def make_protocol(self, handler: grpclib.server.Handler, config: Any, h2_config: Any) -> Any:
-        return TunedH2Protocol(handler, config, h2_config, keepalive=self.keepalive)
+        return TunedH2Protocol(
+            handler,
+            config,
+            h2_config,
+            keepalive=self.keepalive,
+            handshake_timeout=self.limits.handshake_timeout,
+            connections=self.connections,
+        )
 
 
 class GrpcChannel(ChannelBase):

@@ -211,6 +211,14 @@ class FrameBufferBase(h2.frame_buffer.FrameBuffer):
         super()._validate_frame_length(length)
 
 
+def preface_pending(h2_connection: Any) -> bool:
+    """Whether a server connection still waits for (part of) the client's 24-byte preface."""
+    frame_buffer = h2_connection.incoming_buffer
+    if isinstance(frame_buffer, FrameBufferBase):
+        return frame_buffer.in_preamble
+    return bool(frame_buffer._preamble_len)
+
+
 def set_data_frame_repr(body_repr: Any) -> None:
     """Replace hyperframe's DATA-frame body repr (h2 formats every received frame for a trace
     log, even with logging off, and the stock repr hexlifies the whole payload)."""

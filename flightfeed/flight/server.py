@@ -36,6 +36,7 @@ from .._generated.arrow.flight.protocol import (
     Ticket,
 )
 from ..errors import FlightfeedError, InvalidArgument, Unimplemented
+from .connection_limits import ConnectionLimits
 from .errors import PLAIN_ERRORS, ErrorMapping
 from .grpc import GrpcServer, RawBytes, parse_message
 from .internals import can_send_status, listening_socket, method_name, raw_stream
@@ -327,7 +328,9 @@ class FlightServer:
 
     `async with FlightServer(handler) as server:` listens on 127.0.0.1 and a free port by
     default; `server.location` is the `grpc://host:port` clients connect to. With `keepalive`,
-    connections of clients that vanish without closing are dropped (their calls cancelled).
+    connections of clients that vanish without closing are dropped (their calls cancelled);
+    `limits` bounds the connections held at once and the time a new one has to start talking
+    HTTP/2 (connection_limits.py).
     `errors` turns handler exceptions into statuses (flightfeed.protocol.TYPED_ERRORS adds the
     typed error for flightfeed clients).
     """
@@ -342,6 +345,7 @@ class FlightServer:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         keepalive: KeepalivePolicy | None = None,
         errors: ErrorMapping = PLAIN_ERRORS,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
@@ -350,6 +354,7 @@ class FlightServer:
             [FlightService(handler, max_message_size, errors), *services],
             max_message_size,
             keepalive=keepalive,
+            limits=limits,
         )
         self._started = False
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..flight.connection_limits import ConnectionLimits
 from ..flight.keepalive import WORKER_SERVER_KEEPALIVE, KeepalivePolicy
 
 
@@ -21,6 +22,8 @@ class WorkerConfig:
         again yields the same rows; a partition that took more cannot be read again.
     keepalive: when to ping a caller whose calls went quiet, so the tasks of a coordinator
         that vanished without closing its connection are cancelled (None: never).
+    connections: how many connections the worker holds at once, and how long a new one has to
+        send the HTTP/2 preface (so silent connections cannot use up its file descriptors).
     """
 
     plan_wait_timeout: float = 10.0
@@ -32,6 +35,7 @@ class WorkerConfig:
     feed_credits: int = 256
     replay_limit: int = 100_000
     keepalive: KeepalivePolicy | None = WORKER_SERVER_KEEPALIVE
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl"):

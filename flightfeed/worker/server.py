@@ -71,6 +71,7 @@ class Worker:
             host=host,
             port=port,
             keepalive=self.config.keepalive,
+            limits=self.config.connections,
             errors=TYPED_ERRORS,
             max_message_size=max_message_size,
         )

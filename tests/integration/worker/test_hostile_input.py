@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
+from anyio.abc import SocketStream
 from grpclib.const import Status
 from helpers.raw_h2 import CallAnswer, RawH2Client, grpc_message
 from helpers.worker_process import resident_bytes, worker_process
@@ -93,3 +94,58 @@ def test_bad_timeouts_get_precise_statuses_and_no_tracebacks() -> None:
         assert answers[value].status == Status.INVALID_ARGUMENT.value, answers[value]
         assert f"invalid grpc-timeout header {value!r}" in answers[value].message
     assert "Traceback" not in log, log
+
+
+async def _silent_connections(location: str, count: int) -> list[SocketStream]:
+    host, port = parse_location(location)
+    return [await anyio.connect_tcp(host, port) for _ in range(count)]
+
+
+async def _closed_by_peer(connection: SocketStream) -> bool:
+    """Whether the worker closes this connection (reading its SETTINGS first)."""
+    try:
+        with anyio.fail_after(10):
+            while await connection.receive():
+                pass
+    except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+        return True
+    return True
+
+
+def test_connections_that_never_speak_http2_are_closed() -> None:
+    """1,100 such connections locked a worker under a 1,024-descriptor limit out for good."""
+
+    async def scenario(location: str) -> None:
+        silent = await _silent_connections(location, 50)
+        try:
+            with anyio.fail_after(20):
+                closed = [await _closed_by_peer(connection) for connection in silent]
+            assert all(closed)
+            async with WorkerClient(location) as served:
+                assert (await served.worker_info()).version
+        finally:
+            for connection in silent:
+                await connection.aclose()
+
+    with worker_process("--handshake-timeout", "0.5") as (_, location):
+        anyio.run(scenario, location)
+
+
+def test_beyond_max_connections_new_ones_are_refused_and_open_ones_served() -> None:
+    async def scenario(location: str) -> None:
+        clients = [await RawH2Client.connect(*parse_location(location)) for _ in range(4)]
+        try:
+            (extra,) = await _silent_connections(location, 1)
+            with anyio.fail_after(5):
+                assert await _closed_by_peer(extra)
+            for client in clients:  # the four admitted keep being served
+                answer = await client.call(WORKER + "GetWorkerInfo", [grpc_message(b"")])
+                assert answer.status == Status.OK.value, answer
+        finally:
+            for client in clients:
+                await client.aclose()
+        async with WorkerClient(location) as served:  # their slots are free again
+            assert (await served.worker_info()).version
+
+    with worker_process("--max-connections", "4") as (_, location):
+        anyio.run(scenario, location)
