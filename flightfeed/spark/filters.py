@@ -5,7 +5,9 @@ logic included: a comparison of a top-level column with a literal that Arrow can
 column's type, IN, IS (NOT) NULL, string prefix/suffix/substring tests, and NOT of those that
 propagate NULLs as SQL does (not of IN or <=>, where Arrow's answer for a NULL differs).
 Anything else (a nested column, a literal of the wrong type) stays with Spark, which then
-filters those rows itself.
+filters those rows itself. So do comparisons and IN on floating-point columns: Spark orders
+NaN above every number and has NaN = NaN, and its IN has -0.0 = 0.0, where Arrow follows
+IEEE 754 and hashes the bits; only IS (NOT) NULL is pushed for them.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def to_expr(spark_filter: Any, schema: pa.Schema) -> Expr | None:
         return call("is_null", col(name))
     if kind == "IsNotNull":
         return call("is_valid", col(name))
+    if pa.types.is_floating(field.type):
+        return None  # NaN and -0.0 mean other things to Spark (module docstring)
     if kind in _COMPARISONS:
         value = _literal(spark_filter.value, field.type)
         return call(_COMPARISONS[kind], col(name), value) if value is not None else None

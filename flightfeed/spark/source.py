@@ -147,13 +147,20 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     """`batch` exactly as Spark declared the columns (types and nullability); a clear error
     when the table no longer matches what Spark was told."""
-    if batch.schema.equals(target):
-        return batch
     if batch.schema.names != target.names:
         raise InvalidArgument(
             f"schema mismatch: the table's columns are now {batch.schema.names}, Spark expects"
             f" {target.names} (did the table change since the DataFrame was created?)"
         )
+    for column, declared in zip(batch.columns, target, strict=True):
+        if not declared.nullable and column.null_count:  # pyarrow would not check: Spark would
+            raise InvalidArgument(
+                f"schema mismatch: column {declared.name!r} holds {column.null_count} null(s), but"
+                " Spark was told it has none (did the table change since the DataFrame was"
+                " created?)"
+            )
+    if batch.schema.equals(target):
+        return batch
     try:
         return pa.RecordBatch.from_arrays(
             [column.cast(f.type) for column, f in zip(batch.columns, target, strict=True)],

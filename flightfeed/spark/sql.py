@@ -41,9 +41,14 @@ class TableCall:
 def rewrite(query: str, tables: Collection[str]) -> tuple[str, list[TableCall]]:
     """The query with every call of a table in `tables` replaced by a view, and the calls."""
     try:
-        tree = sqlglot.parse_one(query, read="spark")
-    except sqlglot.errors.ParseError as exc:
+        statements = [s for s in sqlglot.parse(query, read="spark") if s is not None]
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
         raise InvalidArgument(f"cannot parse the SQL: {exc}") from None
+    if len(statements) != 1:
+        raise InvalidArgument(
+            f"cannot parse the SQL: expected one statement, got {len(statements)}"
+        )
+    (tree,) = statements
     known = {name.lower(): name for name in tables}
     calls: list[TableCall] = []
     for table in list(tree.find_all(exp.Table)):

@@ -142,11 +142,12 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 def _capped(start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
     """At most `budget` units past `start`, shared out in turn among the partitions that have
-    some, so no partition starves the others."""
+    some, the ones read least so far first: when the budget is smaller than the number of
+    partitions, the next micro-batch serves the ones this one left out, so none starves."""
     end = {k: int(start.get(k, 0)) for k in latest}
     left = {k: latest[k] - end[k] for k in latest}
     while budget > 0 and any(n > 0 for n in left.values()):
-        waiting = [k for k, n in left.items() if n > 0]
+        waiting = sorted((k for k, n in left.items() if n > 0), key=lambda k: (end[k], k))
         share = max(1, budget // len(waiting))
         for key in waiting:
             take = min(share, left[key], budget)

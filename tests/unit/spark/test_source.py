@@ -1,0 +1,230 @@
+"""The `flightfeed` data source's pure parts (flightfeed.spark.source): its options, the table
+query they become, the filters a reader pushes (and keeps through pickling), and `conform`,
+which hands Spark batches exactly as it declared the columns."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull, Not, StringStartsWith
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from flightfeed.coordinator.table_query import ParsedTableQuery, parse_table_query
+from flightfeed.errors import InvalidArgument
+from flightfeed.flight import FlightDescriptor
+from flightfeed.plan import decode_expr
+from flightfeed.spark.client import DEFAULT_TIMEOUT
+from flightfeed.spark.filters import to_expr
+from flightfeed.spark.source import (
+    SOURCE_NAME,
+    FlightfeedDataSource,
+    FlightfeedReader,
+    TableOptions,
+    arrow_schema,
+    conform,
+)
+
+URI = "grpc://127.0.0.1:1"  # nothing listens: a test that reached the network would fail
+
+
+def parsed(command: bytes) -> ParsedTableQuery:
+    """The query as the coordinator reads the command."""
+    return parse_table_query(FlightDescriptor(cmd=command))
+
+
+def test_minimal_options_take_the_defaults() -> None:
+    table = TableOptions.of({"uri": URI, "table": "scan"})
+    assert table == TableOptions(URI, "scan", (), (), {}, DEFAULT_TIMEOUT)
+
+
+def test_options_are_case_insensitive_and_parsed() -> None:
+    table = TableOptions.of(
+        {
+            "URI": URI,
+            "Table": "scan",
+            "ARGS": '[2, "3,1", true, -1.5]',
+            "columns": " task, ,value ,",
+            "header.X-Tenant": "a",
+            "Header.role": "r",
+            "timeout": "2.5",
+        }
+    )
+    assert table == TableOptions(
+        URI, "scan", (2, "3,1", True, -1.5), ("task", "value"), {"x-tenant": "a", "role": "r"}, 2.5
+    )
+
+
+def test_location_names_the_coordinator_too() -> None:
+    assert TableOptions.of({"location": URI, "table": "scan"}).uri == URI
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"table": "scan"}, "needs option 'uri'"),
+        ({"uri": "", "table": "scan"}, "needs option 'uri'"),
+        ({"uri": URI}, "needs option 'table'"),
+        ({"uri": URI, "table": "scan", "args": "[1,"}, "'args' must be a JSON list"),
+        ({"uri": URI, "table": "scan", "args": '{"a": 1}'}, "'args' must be a JSON list"),
+        ({"uri": URI, "table": "scan", "args": "3"}, "'args' must be a JSON list"),
+        ({"uri": URI, "table": "scan", "timeout": "soon"}, "'timeout' must be seconds"),
+    ],
+)
+def test_bad_options_say_which(options: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        TableOptions.of(options)
+
+
+json_arguments = st.lists(
+    st.one_of(
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(),
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(json_arguments, st.lists(st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]*", fullmatch=True)))
+def test_options_reach_the_coordinator_unchanged(arguments: list[Any], columns: list[str]) -> None:
+    """`args` as JSON and `columns` as text (names trimmed), through the command, to the
+    coordinator's parse."""
+    options = {"uri": URI, "table": "scan", "args": json.dumps(arguments)}
+    if columns:
+        options["columns"] = ",".join(columns)
+    query = parsed(TableOptions.of(options).command())
+    assert query == ParsedTableQuery("scan", tuple(arguments), tuple(columns))
+    assert [type(a) for a in query.arguments] == [type(a) for a in arguments]
+
+
+def test_an_argument_json_cannot_carry_fails_when_the_command_is_built() -> None:
+    table = TableOptions.of({"uri": URI, "table": "scan", "args": "[null]"})
+    with pytest.raises(InvalidArgument, match="a table argument is an int, float, str or bool"):
+        table.command()
+
+
+SPARK_SCHEMA = StructType(
+    [
+        StructField("task", StringType(), nullable=False),
+        StructField("value", LongType()),
+        StructField("score", DoubleType()),
+    ]
+)
+
+
+def test_arrow_schema_keeps_types_and_nullability() -> None:
+    assert arrow_schema(SPARK_SCHEMA) == pa.schema(
+        [
+            pa.field("task", pa.string(), nullable=False),
+            pa.field("value", pa.int64()),
+            pa.field("score", pa.float64()),
+        ]
+    )
+
+
+def test_the_data_source_builds_its_reader_from_the_options() -> None:
+    source = FlightfeedDataSource({"uri": URI, "table": "scan", "args": "[2]"})
+    assert FlightfeedDataSource.name() == SOURCE_NAME == "flightfeed"
+    reader = source.reader(SPARK_SCHEMA)
+    assert isinstance(reader, FlightfeedReader)
+    assert reader.table == TableOptions(URI, "scan", (2,))
+    assert reader.filters == []
+    with pytest.raises(InvalidArgument, match="needs option 'table'"):
+        FlightfeedDataSource({"uri": URI}).reader(SPARK_SCHEMA)
+
+
+def test_the_reader_pushes_what_the_workers_can_run_and_keeps_it_through_pickling() -> None:
+    """Spark calls pushFilters and partitions in different processes, pickling the reader."""
+    reader = FlightfeedReader(TableOptions(URI, "scan", (2,), ("task",)), SPARK_SCHEMA)
+    pushable = [
+        GreaterThan(("value",), 3),
+        StringStartsWith(("task",), "t"),
+        IsNotNull(("score",)),
+    ]
+    unpushable = [
+        Not(In(("value",), (1,))),
+        EqualTo(("value",), 1.5),
+        IsNotNull(("a", "b")),
+        In(("score",), (1.5, None)),  # a double column: NaN and -0.0 differ (filters.py)
+    ]
+    kept = list(reader.pushFilters([unpushable[0], *pushable, *unpushable[1:]]))
+    assert kept == unpushable
+    schema = arrow_schema(SPARK_SCHEMA)
+    expected = [e for e in (to_expr(f, schema) for f in pushable) if e is not None]
+    assert len(expected) == len(pushable)
+    assert [decode_expr(f) for f in reader.filters] == expected
+
+    again = pickle.loads(pickle.dumps(reader))
+    assert again.filters == reader.filters
+    query = parsed(again.table.command(again.filters))
+    assert query == ParsedTableQuery("scan", (2,), ("task",), tuple(expected))
+
+
+def test_pushing_again_replaces_the_filters() -> None:
+    reader = FlightfeedReader(TableOptions(URI, "scan"), SPARK_SCHEMA)
+    assert list(reader.pushFilters([GreaterThan(("value",), 3)])) == []
+    assert list(reader.pushFilters([])) == []
+    assert reader.filters == []
+
+
+TARGET = pa.schema([pa.field("task", pa.string(), nullable=False), pa.field("value", pa.int64())])
+
+
+def test_conform_returns_a_matching_batch_as_is() -> None:
+    batch = pa.record_batch([pa.array(["a"]), pa.array([1])], schema=TARGET)
+    assert conform(batch, TARGET) is batch
+
+
+def test_conform_casts_types_and_declares_nullability() -> None:
+    batch = pa.record_batch(
+        {"task": pa.array(["a", "b"], pa.large_string()), "value": pa.array([1, None], pa.int32())}
+    )
+    out = conform(batch, TARGET)
+    assert out.schema == TARGET
+    assert out.schema.field("task").nullable is False
+    assert out.to_pydict() == {"task": ["a", "b"], "value": [1, None]}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1))))
+def test_conform_keeps_every_value_it_widens(values: list[int | None]) -> None:
+    batch = pa.record_batch({"task": ["t"] * len(values), "value": pa.array(values, pa.int32())})
+    assert conform(batch, TARGET).column("value").to_pylist() == values
+
+
+@pytest.mark.parametrize(
+    "names", [["task"], ["value", "task"], ["task", "value", "extra"], ["task", "VALUE"]]
+)
+def test_conform_refuses_other_columns(names: list[str]) -> None:
+    batch = pa.record_batch([pa.array(["1"]) for _ in names], names=names)
+    with pytest.raises(InvalidArgument, match=r"the table's columns are now .* Spark expects"):
+        conform(batch, TARGET)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(pa.array(["x"]), id="text-for-int"),
+        pytest.param(pa.array([1.5]), id="lossy-float"),
+        pytest.param(pa.array([2**63], pa.uint64()), id="out-of-range"),
+    ],
+)
+def test_conform_refuses_values_spark_was_not_told_about(value: pa.Array) -> None:
+    batch = pa.record_batch({"task": ["t"], "value": value})
+    with pytest.raises(InvalidArgument, match="schema mismatch: the table's schema is now"):
+        conform(batch, TARGET)
+
+
+def test_conform_refuses_nulls_where_spark_declared_none() -> None:
+    # pyarrow casts such a column into the non-nullable field without a word.
+    batch = pa.record_batch({"task": pa.array(["a", None]), "value": pa.array([1, 2])})
+    with pytest.raises(InvalidArgument, match="column 'task' holds 1 null"):
+        conform(batch, TARGET)

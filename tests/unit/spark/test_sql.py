@@ -1,0 +1,270 @@
+"""Catalog tables called as SQL table functions (flightfeed.spark.sql): the sqlglot rewrite into
+views, the literal arguments it accepts, its errors, and the options each view's read gets."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import pytest
+import sqlglot
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlglot import exp
+
+from flightfeed.errors import InvalidArgument
+from flightfeed.spark.source import SOURCE_NAME, TableOptions
+from flightfeed.spark.sql import TableCall, error_message, rewrite, sql
+
+SEED_QUERY = (
+    "SELECT count(*) AS cnt, task FROM scan(2, '3,1', '2', '4', '1,1') GROUP BY task ORDER BY task"
+)
+SEED_ARGUMENTS = (2, "3,1", "2", "4", "1,1")
+VIEW = re.compile(r"__flightfeed_scan_[0-9a-f]{12}")
+
+
+def tables_in(query: str) -> list[str]:
+    return [t.name for t in sqlglot.parse_one(query, read="spark").find_all(exp.Table)]
+
+
+def same_sql(a: str, b: str) -> bool:
+    return bool(sqlglot.parse_one(a, read="spark") == sqlglot.parse_one(b, read="spark"))
+
+
+def test_seed_query_reads_a_view_of_the_call() -> None:
+    rewritten, calls = rewrite(SEED_QUERY, ["scan"])
+    [found] = calls
+    assert VIEW.fullmatch(found.view)
+    assert found == TableCall(found.view, "scan", SEED_ARGUMENTS)
+    assert rewritten == (
+        f"SELECT COUNT(*) AS cnt, task FROM {found.view} GROUP BY task ORDER BY task"
+    )
+
+
+def test_views_are_unique_per_rewrite() -> None:
+    """Two sessions may run the same query at once: their temporary views must not collide."""
+    views = {rewrite(SEED_QUERY, ["scan"])[1][0].view for _ in range(20)}
+    assert len(views) == 20
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM other(1)",  # not a catalog table
+        "SELECT * FROM range(10)",  # Spark's own table function
+        "SELECT scan(1) FROM t",  # a scalar call, not in FROM
+        "WITH scan AS (SELECT 1 AS a) SELECT * FROM scan",  # a CTE of the same name
+        "SELECT * FROM scan",  # a plain table of the same name
+        "SELECT * FROM t WHERE a = 'scan(1)'",
+    ],
+)
+def test_other_tables_and_calls_are_left_alone(query: str) -> None:
+    rewritten, calls = rewrite(query, ["scan"])
+    assert calls == []
+    assert same_sql(rewritten, query)
+
+
+def test_names_match_case_insensitively_and_keep_the_catalog_spelling() -> None:
+    _, calls = rewrite("SELECT * FROM SCAN(1) JOIN Scan(2)", ["sCaN"])
+    assert [(c.table, c.arguments) for c in calls] == [("sCaN", (1,)), ("sCaN", (2,))]
+
+
+def test_every_call_gets_its_own_view_and_aliases_stay() -> None:
+    query = (
+        "SELECT a.task, b.task FROM scan(1) AS a JOIN scan(2) b ON a.task = b.task"
+        " WHERE a.task IN (SELECT task FROM (SELECT * FROM other(3, 'x')) UNION ALL"
+        " SELECT task FROM other(4))"
+    )
+    rewritten, calls = rewrite(query, ["scan", "other"])
+    view_of = {(c.table, *c.arguments): c.view for c in calls}  # order: sqlglot's traversal
+    assert sorted(view_of, key=str) == [("other", 3, "x"), ("other", 4), ("scan", 1), ("scan", 2)]
+    assert len(set(view_of.values())) == 4
+    scan1, scan2 = view_of["scan", 1], view_of["scan", 2]
+    other3, other4 = view_of["other", 3, "x"], view_of["other", 4]
+    expected = (
+        f"SELECT a.task, b.task FROM {scan1} AS a JOIN {scan2} b ON a.task = b.task WHERE a.task"
+        f" IN (SELECT task FROM (SELECT * FROM {other3}) UNION ALL SELECT task FROM {other4})"
+    )
+    assert same_sql(rewritten, expected)
+
+
+def test_a_call_without_arguments() -> None:
+    _, [found] = rewrite("SELECT * FROM scan()", ["scan"])
+    assert found.arguments == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0", 0),
+        ("-7", -7),
+        ("12345678901234567890", 12345678901234567890),
+        ("1.5", 1.5),
+        ("-1.5e3", -1500.0),
+        ("1e3", 1000.0),
+        (".5", 0.5),
+        ("true", True),
+        ("FALSE", False),
+        ("'3,1'", "3,1"),
+        ('"double quoted"', "double quoted"),  # a string in Spark's dialect
+        ("''", ""),
+    ],
+)
+def test_literal_arguments(text: str, value: Any) -> None:
+    _, [found] = rewrite(f"SELECT * FROM scan({text})", ["scan"])
+    [argument] = found.arguments
+    assert type(argument) is type(value)
+    assert argument == value
+
+
+def render(value: int | float | str | bool) -> str:
+    """`value` as a Spark SQL literal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return str(exp.Literal.string(value).sql(dialect="spark"))
+    return repr(value)
+
+
+arguments = st.lists(
+    st.one_of(
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(),
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arguments)
+def test_arguments_round_trip(values: list[int | float | str | bool]) -> None:
+    query = f"SELECT * FROM scan({', '.join(render(v) for v in values)}) WHERE x > 1"
+    _, [found] = rewrite(query, ["scan"])
+    assert [type(a) for a in found.arguments] == [type(v) for v in values]
+    assert list(found.arguments) == values
+    assert [math.copysign(1, a) for a in found.arguments if isinstance(a, float)] == [
+        math.copysign(1, v) for v in values if isinstance(v, float)
+    ]  # -0.0 stays negative
+
+
+@pytest.mark.parametrize(
+    ("call", "index"),
+    [
+        ("scan(NULL)", 0),
+        ("scan(1, a)", 1),  # a column
+        ("scan(1, 2, 1 + 1)", 2),
+        ("scan(-'x')", 0),
+        ("scan(-true)", 0),
+        ("scan(upper('x'))", 0),
+        ("scan(n => 1)", 0),
+        ("scan(1, (SELECT 2))", 1),
+    ],
+)
+def test_non_literal_arguments_are_refused(call: str, index: int) -> None:
+    with pytest.raises(
+        InvalidArgument, match=rf"argument {index} of scan\(\.\.\.\) must be a literal"
+    ):
+        rewrite(f"SELECT * FROM {call}", ["scan"])
+
+
+@pytest.mark.parametrize("query", ["", "SELECT * FROM", "SELECT * FROM scan(1"])
+def test_unparsable_sql_is_an_invalid_argument(query: str) -> None:
+    with pytest.raises(InvalidArgument, match="cannot parse the SQL"):
+        rewrite(query, ["scan"])
+
+
+def test_unterminated_string_is_an_invalid_argument() -> None:
+    # sqlglot's TokenError is not a ParseError: it escaped unchanged before.
+    with pytest.raises(InvalidArgument, match="cannot parse the SQL"):
+        rewrite("SELECT * FROM scan('3,1)", ["scan"])
+
+
+@pytest.mark.parametrize("query", ["SELECT 1; SELECT 2", ";"])
+def test_one_statement_exactly(query: str) -> None:
+    with pytest.raises(InvalidArgument, match="expected one statement"):
+        rewrite(query, ["scan"])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+            '  File "x.py", line 1\n'
+            "flightfeed.errors.NotFound: GetSchema at grpc://h:1: no table 'nope'  \n"
+            "\tat org.apache.spark...",
+            "NotFound: GetSchema at grpc://h:1: no table 'nope'",
+        ),
+        ("first line\nsecond line", "first line"),
+        ("  \n  ", "RuntimeError"),
+    ],
+)
+def test_error_message(text: str, message: str) -> None:
+    assert error_message(RuntimeError(text)) == message
+
+
+class Reader:
+    """Spark's DataFrameReader as far as `sql` uses it: records the options of each load."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.options: dict[str, str] = {}
+
+    def format(self, name: str) -> Reader:
+        self.options["__format__"] = name
+        return self
+
+    def option(self, key: str, value: str) -> Reader:
+        self.options[key] = value
+        return self
+
+    def load(self) -> Frame:
+        return Frame(self.session, dict(self.options))
+
+
+class Frame:
+    def __init__(self, session: Session, options: dict[str, str]) -> None:
+        self.session = session
+        self.options = options
+
+    def createOrReplaceTempView(self, name: str) -> None:
+        self.session.views[name] = self.options
+
+
+class Session:
+    """The part of a SparkSession `sql` talks to."""
+
+    def __init__(self) -> None:
+        self.views: dict[str, dict[str, str]] = {}
+        self.queries: list[str] = []
+
+    @property
+    def read(self) -> Reader:
+        return Reader(self)
+
+    def sql(self, query: str) -> str:
+        self.queries.append(query)
+        return "DataFrame"
+
+
+def test_sql_registers_each_call_as_a_flightfeed_read() -> None:
+    """The options each view's read gets are what the data source parses back into the call."""
+    spark = Session()
+    query = "SELECT * FROM scan(2, '3,1', true, -1.5) JOIN scan(3) USING (task)"
+    result = sql(spark, "grpc://h:1", query, tables=["scan"], options={"header.x-tenant": "a"})
+    assert result == "DataFrame"
+    [ran] = spark.queries
+    views = tables_in(ran)
+    assert sorted(views) == sorted(spark.views)
+    parsed = {view: TableOptions.of(spark.views[view]) for view in views}
+    assert [(p.uri, p.table, p.arguments) for p in parsed.values()] == [
+        ("grpc://h:1", "scan", (2, "3,1", True, -1.5)),
+        ("grpc://h:1", "scan", (3,)),
+    ]
+    assert all(p.headers == {"x-tenant": "a"} for p in parsed.values())
+    assert all(spark.views[v]["__format__"] == SOURCE_NAME for v in views)
+    assert json.loads(spark.views[views[1]]["args"]) == [3]
