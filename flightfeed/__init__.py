@@ -27,6 +27,7 @@ from .errors import (
 from .feeds import FeedRegistry, WorkUnitFeed, WorkUnitFeedProvider
 from .flight import (
     CallContext,
+    ConnectionLimits,
     FlightClient,
     FlightDataReader,
     FlightDataWriter,
@@ -55,6 +56,7 @@ __all__ = [
     "FlightServer",
     "FlightfeedError",
     "InvalidArgument",
+    "ConnectionLimits",
     "KeepalivePolicy",
     "NotFound",
     "PlanCodec",

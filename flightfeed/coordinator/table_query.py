@@ -16,10 +16,10 @@ import betterproto2
 
 from ..errors import InvalidArgument
 from ..flight import FlightDescriptor
-from ..flight.protowire import check_wire_format
 from ..plan import ExecutionPlan, Expr, Filter, Projection, call, col
 from ..plan.expr_proto import expr_from_proto, expr_to_proto
 from ..protocol import StreamRange, TableArgument, TableQuery
+from ..protowire import check_wire_format
 from .catalog import Catalog
 
 TABLE_QUERY_VERSION: Final = 1

@@ -14,6 +14,7 @@ from .._generated.arrow.flight.protocol import (
 )
 from .client import DoGetCall, FlightClient, command_descriptor, parse_location, path_descriptor
 from .codec import FlightDataDecoder, FlightDataEncoder, decode_flight_data
+from .connection_limits import ConnectionLimits
 from .errors import PLAIN_ERRORS, ErrorMapping, PlainErrors, StatusReply
 from .keepalive import KeepalivePolicy
 from .schema import schema_from_ipc, schema_to_ipc
@@ -25,6 +26,7 @@ __all__ = [
     "Action",
     "ActionType",
     "CallContext",
+    "ConnectionLimits",
     "DoGetCall",
     "ErrorMapping",
     "FlightClient",

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..errors import InvalidArgument
+from ..protowire import WIRE_LEN, decode_varint, len_field_header, skip_field
 from .ipc import Buffer, IpcMessageFeed, IpcMessageSplitter, MessageKind, peek_message
-from .protowire import WIRE_LEN, decode_varint, len_field_header, skip_field
 
 FIELD_DESCRIPTOR = 1
 FIELD_DATA_HEADER = 2

@@ -18,6 +18,7 @@ from grpclib.encoding.base import CodecBase
 from grpclib.protocol import H2Protocol
 
 from ..errors import ResourceExhausted
+from ..protowire import check_wire_format
 from .connection_limits import ConnectionCount, ConnectionLimits
 from .h2buffer import install as install_streaming_buffer
 from .internals import (
@@ -28,7 +29,6 @@ from .internals import (
     protocol_transport,
 )
 from .keepalive import KeepalivePolicy, KeepaliveTimer
-from .protowire import check_wire_format
 from .request_headers import refusal
 from .tuning import advertise_max_frame_size, apply_process_tuning, grpc_config
 from .wire import DEFAULT_MAX_MESSAGE_SIZE

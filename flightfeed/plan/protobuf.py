@@ -13,6 +13,7 @@ from typing import TypeVar
 import betterproto2
 
 from ..errors import PlanDecodeError
+from .nesting import check_nesting
 
 M = TypeVar("M", bound=betterproto2.Message)
 
@@ -32,8 +33,14 @@ _INTS = frozenset(
 )
 
 
+MAX_NESTING = 200
+"""Messages nested deeper than this are refused before parsing (nesting.py): plans and
+expressions far deeper than any real query, and far below Python's recursion limit."""
+
+
 def parse_message(message: type[M], data: bytes, what: str) -> M:
     """`message.parse(data)`, type-checked; PlanDecodeError naming `what` on any failure."""
+    check_nesting(message, data, MAX_NESTING, what)
     try:
         msg = message.parse(bytes(data))
         problem = _check(msg, message.__name__)

@@ -24,7 +24,7 @@ from ..errors import (
     as_flightfeed_error,
 )
 from ..flight.errors import PlainErrors, StatusReply
-from ..flight.protowire import check_wire_format
+from ..protowire import check_wire_format
 from .keys import TaskId, origin_key
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from .._generated.flightfeed.v1 import (
     TaskKey,
 )
 from ..errors import InvalidArgument
-from ..flight.protowire import check_wire_format
+from ..protowire import check_wire_format
 
 Head: TypeAlias = Literal["none", "broadcast"] | RepartitionExecHead
 

@@ -48,8 +48,8 @@ from flightfeed.flight import (
 from flightfeed.flight.codec import encode_flight_data
 from flightfeed.flight.grpc import GrpcChannel, RawBytes
 from flightfeed.flight.internals import mark_request_ended, raw_stream
-from flightfeed.flight.protowire import len_field_header
 from flightfeed.protocol import ERROR_TRAILER, TYPED_ERRORS
+from flightfeed.protowire import len_field_header
 
 pytestmark = pytest.mark.anyio
 SERVICE = "/arrow.flight.protocol.FlightService/"

@@ -15,7 +15,7 @@ from flightfeed.flight import (
     path_descriptor,
 )
 from flightfeed.flight.codec import encode_flight_data
-from flightfeed.flight.protowire import (
+from flightfeed.protowire import (
     WIRE_I32,
     WIRE_I64,
     WIRE_LEN,

@@ -1,15 +1,16 @@
-"""Protobuf wire primitives for the hand-written FlightData path.
+"""Protobuf wire primitives, over memoryviews.
 
 FlightData is the one message flightfeed encodes and decodes by hand: building a betterproto2
 object would copy every record batch body, while these helpers only write a few header bytes
-around the body views and parse fields as memoryview slices.
+around the body views and parse fields as memoryview slices. Untrusted messages are checked
+with them before betterproto2 parses them: their wire format, and how deeply plans nest.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from ..errors import InvalidArgument
+from .errors import InvalidArgument
 
 WIRE_VARINT: Final = 0
 WIRE_I64: Final = 1
