@@ -62,7 +62,9 @@ class LatencyHistogram:
     __slots__ = ("_counts", "_stage")
 
     def __init__(self) -> None:
-        self._counts = np.zeros(_BUCKETS, dtype=np.int64)
+        # Buckets are allocated with the first sample: a task declares a histogram or two per
+        # feed partition, most of which may never see a unit.
+        self._counts: npt.NDArray[np.int64] | None = None
         self._stage = array("q")
 
     def add(self, nanos: int) -> None:
@@ -91,6 +93,8 @@ class LatencyHistogram:
         """Many samples at once."""
         values = np.maximum(np.asarray(nanos, dtype=np.int64), 0)
         if values.size:
+            if self._counts is None:
+                self._counts = np.zeros(_BUCKETS, dtype=np.int64)
             np.add.at(self._counts, _bucket_indexes(values), 1)
 
     def _fold(self) -> None:
@@ -101,13 +105,12 @@ class LatencyHistogram:
     @property
     def count(self) -> int:
         self._fold()
-        return int(self._counts.sum())
+        return 0 if self._counts is None else int(self._counts.sum())
 
     def quantiles(self, qs: Sequence[float]) -> list[int]:
         """The value at each quantile q in [0, 1] (bucket midpoints); zeros when empty."""
         self._fold()
-        total = int(self._counts.sum())
-        if total == 0:
+        if self._counts is None or not (total := int(self._counts.sum())):
             return [0] * len(qs)
         cumulative = np.cumsum(self._counts)
         out = []

@@ -18,6 +18,8 @@ class WorkerConfig:
     consumer_buffer_batches: per-consumer buffer of a fanned-out (repartition/broadcast) task.
     max_concurrent_tasks: SetPlans beyond this are refused with RESOURCE_EXHAUSTED.
     feed_credits: work units in flight per feed partition (the per-partition window).
+    max_feed_partitions: feed partitions one task may declare (each gets its own queue and
+        credit), refused with RESOURCE_EXHAUSTED before any is allocated.
     replay_limit: work units kept per feed partition of a replayable task, so a partition read
         again yields the same rows; a partition that took more cannot be read again.
     keepalive: when to ping a caller whose calls went quiet, so the tasks of a coordinator
@@ -33,6 +35,7 @@ class WorkerConfig:
     consumer_buffer_batches: int = 4
     max_concurrent_tasks: int = 1024
     feed_credits: int = 256
+    max_feed_partitions: int = 4096
     replay_limit: int = 100_000
     keepalive: KeepalivePolicy | None = WORKER_SERVER_KEEPALIVE
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
@@ -41,5 +44,8 @@ class WorkerConfig:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"WorkerConfig.{name} must be positive")
-        if self.consumer_buffer_batches < 1 or self.max_concurrent_tasks < 1:
+        if (
+            min(self.consumer_buffer_batches, self.max_concurrent_tasks, self.max_feed_partitions)
+            < 1
+        ):
             raise ValueError("WorkerConfig buffers and limits must be at least 1")

@@ -34,6 +34,7 @@ from ...errors import (
     ErrorOrigin,
     FlightfeedError,
     InvalidArgument,
+    ResourceExhausted,
     as_flightfeed_error,
 )
 from ...feeds import FEED_INBOX_KEY, FeedInbox
@@ -94,11 +95,22 @@ async def _first_message(inbound: AsyncIterator[CoordinatorToWorkerMsg]) -> SetP
 # -- open -------------------------------------------------------------------------------------
 
 
+def check_feed_declarations(request: SetPlanRequest, limit: int) -> None:
+    """Refuse more feed partitions than a task may hold, before any queue is built for them."""
+    declared = sum(d.partitions for d in request.work_unit_feed_declarations)
+    if declared > limit:
+        raise ResourceExhausted(
+            f"the task declares {declared} work-unit feed partitions; a task may declare at most"
+            f" {limit} (WorkerConfig.max_feed_partitions)"
+        )
+
+
 async def open_task(state: WorkerState, headers: Headers, request: SetPlanRequest) -> OpenedTask:
     """Check the request, build the session and decode the plan; registers nothing."""
     key = task_id(request.task_key)
     state.registry.check_capacity(key)
     origin = key.origin(state.location)
+    check_feed_declarations(request, state.config.max_feed_partitions)
     session = await _build_session(state, headers, request, origin)
     inbox = (
         FeedInbox.from_declarations(

@@ -5,6 +5,7 @@ serving everyone else."""
 from __future__ import annotations
 
 import subprocess
+import uuid
 from collections.abc import Iterator
 
 import anyio
@@ -14,6 +15,12 @@ from grpclib.const import Status
 from helpers.raw_h2 import CallAnswer, RawH2Client, grpc_message
 from helpers.worker_process import resident_bytes, worker_process
 
+from flightfeed._generated.flightfeed.v1 import (
+    CoordinatorToWorkerMsg,
+    SetPlanRequest,
+    SetPlanRequestWorkUnitFeedDeclaration,
+    TaskKey,
+)
 from flightfeed.flight.client import parse_location
 from flightfeed.protocol import WorkerClient
 
@@ -149,3 +156,34 @@ def test_beyond_max_connections_new_ones_are_refused_and_open_ones_served() -> N
 
     with worker_process("--max-connections", "4") as (_, location):
         anyio.run(scenario, location)
+
+
+@pytest.mark.anyio
+async def test_a_task_declaring_too_many_feed_partitions_is_refused_before_allocating(
+    live_worker: tuple[subprocess.Popen[str], str],
+) -> None:
+    """65,536 declared partitions took 2.1 GB and froze the loop for seconds; the limit (4,096
+    by default) is checked on the declaration, and partitions no unit reached cost little."""
+    proc, location = live_worker
+    declaration = SetPlanRequestWorkUnitFeedDeclaration(id=uuid.uuid4().bytes, partitions=1 << 16)
+    message = CoordinatorToWorkerMsg(
+        set_plan_request=SetPlanRequest(
+            task_key=TaskKey(query_id=uuid.uuid4().bytes, stage_id=1, task_number=0),
+            task_count=1,
+            work_unit_feed_declarations=[declaration],
+        )
+    )
+    before = resident_bytes(proc.pid)
+    client = await RawH2Client.connect(*parse_location(location))
+    try:
+        answer = await client.call(
+            WORKER + "CoordinatorChannel", [grpc_message(bytes(message))], end=False
+        )
+    finally:
+        await client.aclose()
+    assert answer.status == Status.RESOURCE_EXHAUSTED.value, answer
+    assert "declares 65536 work-unit feed partitions" in answer.message
+    assert "at most 4096" in answer.message
+    assert resident_bytes(proc.pid) - before < 48 * MiB
+    async with WorkerClient(location) as served:
+        assert (await served.worker_info()).version
