@@ -16,10 +16,10 @@ import betterproto2
 
 from ..errors import InvalidArgument
 from ..flight import FlightDescriptor
+from ..messages import parse_strict
 from ..plan import ExecutionPlan, Expr, Filter, Projection, call, col
 from ..plan.expr_proto import expr_from_proto, expr_to_proto
 from ..protocol import StreamRange, TableArgument, TableQuery
-from ..protowire import check_wire_format
 from .catalog import Catalog
 
 TABLE_QUERY_VERSION: Final = 1
@@ -87,9 +87,8 @@ def parse_table_query(descriptor: FlightDescriptor) -> ParsedTableQuery:
             raise InvalidArgument(f"a table path has one element, got {list(descriptor.path)}")
         return ParsedTableQuery(descriptor.path[0])
     try:
-        check_wire_format(descriptor.cmd)
-        query = TableQuery.parse(descriptor.cmd)
-    except Exception as exc:
+        query = parse_strict(TableQuery, descriptor.cmd)
+    except InvalidArgument as exc:
         raise InvalidArgument(f"the descriptor's command is not a TableQuery: {exc}") from None
     if query.version != TABLE_QUERY_VERSION:
         raise InvalidArgument(

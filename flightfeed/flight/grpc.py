@@ -18,7 +18,7 @@ from grpclib.encoding.base import CodecBase
 from grpclib.protocol import H2Protocol
 
 from ..errors import ResourceExhausted
-from ..protowire import check_wire_format
+from ..messages import parse_strict
 from .connection_limits import ConnectionCount, ConnectionLimits
 from .h2buffer import install as install_streaming_buffer
 from .internals import (
@@ -63,13 +63,13 @@ class MessageCodec(CodecBase):
 
 
 def parse_message(data: bytes, message_type: type[M], max_message_size: int) -> M:
-    """A betterproto2 message from untrusted bytes: size limit, strict wire check, parse."""
+    """A betterproto2 message from untrusted bytes: size limit, then flightfeed.messages'
+    strict parse (wire format, nesting, field types)."""
     if len(data) > max_message_size:
         raise ResourceExhausted(
             f"message of {len(data)} bytes exceeds the limit of {max_message_size} bytes"
         )
-    check_wire_format(data)
-    return message_type.parse(data)
+    return parse_strict(message_type, data)
 
 
 WRITE_BUFFER_HIGH = 16 * 1024 * 1024

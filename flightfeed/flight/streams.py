@@ -15,6 +15,7 @@ from grpclib.protocol import Stream as H2Stream
 
 from .._generated.arrow.flight.protocol import FlightDescriptor
 from ..errors import Cancelled, InvalidArgument
+from ..messages import parse_strict
 from .codec import FlightDataDecoder, FlightDataEncoder, decode_flight_data, encode_flight_data
 from .wakeup import cancel_baseline, forget_wakeup_cancel
 from .wire import DEFAULT_MAX_MESSAGE_SIZE, recv_raw, send_encoded
@@ -151,7 +152,7 @@ class FlightDataReader:
         if self._first:
             self._first = False
             if view.descriptor is not None:
-                self.descriptor = FlightDescriptor.parse(bytes(view.descriptor))
+                self.descriptor = parse_strict(FlightDescriptor, bytes(view.descriptor))
         batch = self._decoder.feed(view)
         metadata = bytes(view.app_metadata) if view.app_metadata is not None else None
         return batch, metadata

@@ -24,7 +24,7 @@ from ..errors import (
     as_flightfeed_error,
 )
 from ..flight.errors import PlainErrors, StatusReply
-from ..protowire import check_wire_format
+from ..messages import parse_strict
 from .keys import TaskId, origin_key
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,7 @@ def parse_detail(raw: object) -> ErrorDetail:
     """An ErrorDetail from untrusted bytes (strict wire check first: betterproto2 is lenient)."""
     if not isinstance(raw, bytes):
         raise TypeError(f"an error detail is bytes, got {type(raw).__name__}")
-    check_wire_format(raw)
-    return ErrorDetail.parse(raw)
+    return parse_strict(ErrorDetail, raw)
 
 
 class TypedErrors(PlainErrors):

@@ -16,7 +16,7 @@ from .._generated.flightfeed.v1 import (
     TaskKey,
 )
 from ..errors import InvalidArgument
-from ..protowire import check_wire_format
+from ..messages import parse_strict
 
 Head: TypeAlias = Literal["none", "broadcast"] | RepartitionExecHead
 
@@ -57,9 +57,8 @@ def execute_task_ticket(
 def parse_ticket(ticket: bytes) -> ExecuteTaskRequest:
     """A DoGet ticket as an ExecuteTaskRequest, with a clear error for anything else."""
     try:
-        check_wire_format(ticket)
-        request = ExecuteTaskRequest.parse(ticket)
-    except Exception as exc:
+        request = parse_strict(ExecuteTaskRequest, ticket)
+    except InvalidArgument as exc:
         raise InvalidArgument(f"ticket is not a serialized ExecuteTaskRequest: {exc}") from None
     if request.task_key is None:
         raise InvalidArgument("ticket is not a serialized ExecuteTaskRequest: no task_key")

@@ -187,3 +187,33 @@ async def test_a_task_declaring_too_many_feed_partitions_is_refused_before_alloc
     assert resident_bytes(proc.pid) - before < 48 * MiB
     async with WorkerClient(location) as served:
         assert (await served.worker_info()).version
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("path", "body", "named"),
+    [
+        (WORKER + "ExecuteTask", b"\x08\x05", "ExecuteTaskRequest.task_key should be a message"),
+        (FLIGHT + "DoGet", b"\x08\x05", "Ticket.ticket should be bytes"),
+        (FLIGHT + "DoAction", b"\x08\x01", "Action.type should be string"),
+        (
+            WORKER + "CoordinatorChannel",
+            b"\x08\x01",
+            "CoordinatorToWorkerMsg.set_plan_request should be a message",
+        ),
+    ],
+    ids=["execute-task", "do-get", "do-action", "coordinator-channel"],
+)
+async def test_fields_of_the_wrong_wire_type_are_invalid_arguments_naming_the_field(
+    live_worker: tuple[subprocess.Popen[str], str], path: str, body: bytes, named: str
+) -> None:
+    """They were INTERNAL with Python's own text ("AttributeError: 'int' object has no
+    attribute 'query_id'")."""
+    _, location = live_worker
+    client = await RawH2Client.connect(*parse_location(location))
+    try:
+        answer = await client.call(path, [grpc_message(body)], end=not path.endswith("Channel"))
+    finally:
+        await client.aclose()
+    assert answer.status == Status.INVALID_ARGUMENT.value, answer
+    assert named in answer.message

@@ -1,18 +1,26 @@
-"""Nesting is measured on the wire before betterproto2 parses (and recurses into) a message."""
+"""Strict parsing of untrusted messages: nesting measured on the wire before betterproto2
+parses (and recurses into) a message, and every field of the wrong type named."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flightfeed._generated.flightfeed.v1 import Expr, FunctionCall, PlanNode
-from flightfeed.errors import PlanDecodeError
+from flightfeed._generated.arrow.flight.protocol import Ticket
+from flightfeed._generated.flightfeed.v1 import (
+    CoordinatorToWorkerMsg,
+    ExecuteTaskRequest,
+    Expr,
+    FunctionCall,
+    PlanNode,
+)
+from flightfeed.errors import InvalidArgument, PlanDecodeError
+from flightfeed.messages import MAX_NESTING, parse_strict
 from flightfeed.plan import CodecRegistry, decode_plan
-from flightfeed.plan.nesting import check_nesting
-from flightfeed.plan.protobuf import MAX_NESTING
 from flightfeed.protowire import encode_varint
 from flightfeed.session import Session
 
@@ -41,17 +49,16 @@ def test_depth_within_the_limit_passes_and_beyond_it_is_refused(depth: int) -> N
     if depth <= 150:  # deeper, betterproto2's encoder meets Python's recursion limit
         assert data == nested_plan_reference(depth)
     if depth <= MAX_NESTING:
-        check_nesting(PlanNode, data, MAX_NESTING, "plan")
-        assert PlanNode.parse(data).kind == "Coalesce"
+        assert parse_strict(PlanNode, data).kind == "Coalesce"
     else:
-        with pytest.raises(PlanDecodeError, match=f"nests messages deeper than {MAX_NESTING}"):
-            check_nesting(PlanNode, data, MAX_NESTING, "plan")
+        with pytest.raises(InvalidArgument, match=f"nested deeper than {MAX_NESTING}"):
+            parse_strict(PlanNode, data)
 
 
 def test_a_plan_200000_deep_is_refused_at_once() -> None:
     data = nested_plan(200_000)
     started = time.perf_counter()
-    with pytest.raises(PlanDecodeError, match="nests messages deeper than"):
+    with pytest.raises(PlanDecodeError, match=r"plan bytes is not a valid PlanNode: .* nested"):
         decode_plan(data, CodecRegistry.builtin(), Session())
     # Before the scan, betterproto2 recursed and copied each level: 1.3 s on a quiet machine.
     assert time.perf_counter() - started < 1.0
@@ -61,11 +68,30 @@ def test_nesting_is_followed_through_every_message_field() -> None:
     expr = Expr(call=FunctionCall(function="now"))
     for _ in range(MAX_NESTING // 2):  # Expr → FunctionCall → Expr: two messages a level
         expr = Expr(call=FunctionCall(function="negate", args=[expr]))
-    with pytest.raises(PlanDecodeError, match="nests messages deeper than"):
-        check_nesting(Expr, bytes(expr), MAX_NESTING, "expr")
+    with pytest.raises(InvalidArgument, match="nested deeper than"):
+        parse_strict(Expr, bytes(expr))
 
 
 def test_truncated_nested_messages_are_refused() -> None:
     data = b"\x0a\x08Coalesce\x1a\x10\x0a\x08"  # a child that claims 16 bytes, has 2
-    with pytest.raises(PlanDecodeError, match="truncated"):
-        check_nesting(PlanNode, data, MAX_NESTING, "plan")
+    with pytest.raises(InvalidArgument, match="truncated"):
+        parse_strict(PlanNode, data)
+
+
+@pytest.mark.parametrize(
+    ("message", "data", "problem"),
+    [
+        (ExecuteTaskRequest, b"\x08\x05", "ExecuteTaskRequest.task_key should be a message"),
+        (ExecuteTaskRequest, b"\x11" + bytes(8), "'uint64'"),
+        (Ticket, b"\x08\x05", "Ticket.ticket should be bytes, got int"),
+        (CoordinatorToWorkerMsg, b"\x08\x01", "set_plan_request should be a message"),
+        (PlanNode, b"\x0a\x02\xff\xfe", "UnicodeDecodeError"),
+    ],
+    ids=["varint-for-message", "fixed64-for-varint", "varint-for-bytes", "oneof", "bad-utf8"],
+)
+def test_fields_of_the_wrong_type_are_named(message: type[Any], data: bytes, problem: str) -> None:
+    """betterproto2 alone puts an int where a message belongs: AttributeError later, INTERNAL."""
+    with pytest.raises(InvalidArgument) as refused:
+        parse_strict(message, data)
+    assert refused.value.message.startswith(message.__name__)
+    assert problem in refused.value.message
