@@ -3,6 +3,7 @@
 flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--keepalive SECONDS] [--keepalive-timeout SECONDS]
                   [--handshake-timeout SECONDS] [--max-connections N]
+                  [--plan-wait-timeout SECONDS]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
                   (--worker grpc://host:port ... | --local-workers N)
 flightfeed demo      the main job on an embedded default (see README)
@@ -44,7 +45,9 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         handshake_timeout=args.handshake_timeout or None,
         max_connections=args.max_connections or default_max_connections(),
     )
-    return WorkerConfig(keepalive=keepalive, connections=connections)
+    return WorkerConfig(
+        keepalive=keepalive, connections=connections, plan_wait_timeout=args.plan_wait_timeout
+    )
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -185,6 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"drop a caller that sends nothing this long after a ping "
         f"(default {default_keepalive.timeout:g})",
+    )
+    worker.add_argument(
+        "--plan-wait-timeout",
+        type=_positive_seconds,
+        default=WorkerConfig().plan_wait_timeout,
+        metavar="SECONDS",
+        help="how long an ExecuteTask waits for its task's plan "
+        f"(default {WorkerConfig().plan_wait_timeout:g})",
     )
     worker.add_argument(
         "--handshake-timeout",
