@@ -35,7 +35,7 @@ from h2.stream import StreamInputs
 CLASS_ATTRIBUTES: Final[Mapping[type, tuple[str, ...]]] = {
     grpclib.server.Server: ("_protocol_factory", "__gc_step__"),
     grpclib.server.Handler: ("__gc_step__",),
-    grpclib.client.Channel: ("_protocol_factory",),
+    grpclib.client.Channel: ("_protocol_factory", "__connect__"),
     grpclib.client.Stream: ("_process_grpc_status",),
     h2.connection.H2Connection: ("_get_stream_by_id",),
     h2.frame_buffer.FrameBuffer: ("_validate_frame_length",),
@@ -348,7 +348,15 @@ class ServerBase(grpclib.server.Server):
 
 
 class ChannelBase(grpclib.client.Channel):
-    """grpclib's Channel building its connection with `make_protocol`."""
+    """grpclib's Channel building its connection with `make_protocol`, and saying so when the
+    server closed a new connection at once (a server at its connection limit does): grpclib
+    would go on to fail with an AttributeError on the closed connection."""
+
+    async def __connect__(self) -> H2Protocol:
+        protocol: H2Protocol = await super().__connect__()
+        if protocol.processor.connection.is_closing():
+            raise ConnectionResetError("the server closed the connection as soon as it opened")
+        return protocol
 
     def make_protocol(self, handler: grpclib.client.Handler, config: Any, h2_config: Any) -> Any:
         """Override: the protocol of the channel's connection."""

@@ -21,6 +21,7 @@ from flightfeed._generated.flightfeed.v1 import (
     SetPlanRequestWorkUnitFeedDeclaration,
     TaskKey,
 )
+from flightfeed.errors import RemoteError
 from flightfeed.flight.client import parse_location
 from flightfeed.protocol import WorkerClient
 
@@ -145,6 +146,10 @@ def test_beyond_max_connections_new_ones_are_refused_and_open_ones_served() -> N
             (extra,) = await _silent_connections(location, 1)
             with anyio.fail_after(5):
                 assert await _closed_by_peer(extra)
+            # flightfeed's own client says what happened (it failed with an AttributeError)
+            with pytest.raises(RemoteError, match=f"cannot reach {location}: the server closed"):
+                async with WorkerClient(location) as refused:
+                    await refused.worker_info()
             for client in clients:  # the four admitted keep being served
                 answer = await client.call(WORKER + "GetWorkerInfo", [grpc_message(b"")])
                 assert answer.status == Status.OK.value, answer
