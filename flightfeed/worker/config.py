@@ -16,6 +16,8 @@ class WorkerConfig:
     idle_ttl: a task with a plan but no consumer activity for this long is dropped.
     tombstone_ttl: how long a finished task's key answers "already finished".
     consumer_buffer_batches: per-consumer buffer of a fanned-out (repartition/broadcast) task.
+    max_fanout_outputs: outputs a repartition or broadcast head may ask for (each output gets
+        a buffer, and a broadcast sends every batch to each): more are RESOURCE_EXHAUSTED.
     max_concurrent_tasks: SetPlans beyond this are refused with RESOURCE_EXHAUSTED.
     feed_credits: work units in flight per feed partition (the per-partition window).
     max_feed_partitions: feed partitions one task may declare (each gets its own queue and
@@ -33,6 +35,7 @@ class WorkerConfig:
     tombstone_ttl: float = 600.0
     max_tombstones: int = 100_000
     consumer_buffer_batches: int = 4
+    max_fanout_outputs: int = 4096
     max_concurrent_tasks: int = 1024
     feed_credits: int = 256
     max_feed_partitions: int = 4096
@@ -45,7 +48,12 @@ class WorkerConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"WorkerConfig.{name} must be positive")
         if (
-            min(self.consumer_buffer_batches, self.max_concurrent_tasks, self.max_feed_partitions)
+            min(
+                self.consumer_buffer_batches,
+                self.max_concurrent_tasks,
+                self.max_feed_partitions,
+                self.max_fanout_outputs,
+            )
             < 1
         ):
             raise ValueError("WorkerConfig buffers and limits must be at least 1")

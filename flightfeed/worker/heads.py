@@ -18,7 +18,7 @@ import pyarrow as pa
 from anyio.abc import TaskGroup
 
 from .._generated.flightfeed.v1 import ExecuteTaskRequest
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, ResourceExhausted
 from ..plan.base import ExecutionPlan, TaskContext
 from ..plan.fanout import Fanout, Split, hash_split, split_producer
 from ..plan.partitioning import Partitioning, decode_partitioning
@@ -75,26 +75,37 @@ class FanOutOutputs:
         return self._fanout.open(partition)
 
 
+def _check_outputs(head: str, count: int, limit: int) -> None:
+    if count > limit:
+        raise ResourceExhausted(
+            f"a {head} head asks for {count} outputs; this worker fans out to at most {limit}"
+            " (WorkerConfig.max_fanout_outputs)"
+        )
+
+
 def build_outputs(
     request: ExecuteTaskRequest,
     plan: ExecutionPlan,
     ctx: TaskContext,
     background: TaskGroup,
     buffer: int,
+    max_outputs: int = 4096,
 ) -> Outputs:
-    """The outputs a consumer's producer head asks for."""
+    """The outputs a consumer's producer head asks for (at most `max_outputs` fanned out)."""
     if request.repartition is not None:
         try:
             partitioning: Partitioning = decode_partitioning(request.repartition.partitioning)
         except Exception as exc:
             raise InvalidArgument(f"invalid repartition head: {exc}") from None
         count = partitioning.partition_count
+        _check_outputs("repartition", count, max_outputs)
         split = hash_split(partitioning.hash_keys, count, ctx.session)
         return FanOutOutputs("repartition", plan, ctx, background, count, buffer, split)
     if request.broadcast is not None:
         count = request.broadcast.output_partitions
-        if not 1 <= count <= 65_536:
-            raise InvalidArgument(f"broadcast head needs 1..65536 outputs, got {count}")
+        if count < 1:
+            raise InvalidArgument(f"a broadcast head needs at least 1 output, got {count}")
+        _check_outputs("broadcast", count, max_outputs)
 
         def copy_to_all(batch: pa.RecordBatch) -> list[pa.RecordBatch | None]:
             return [batch] * count

@@ -39,6 +39,7 @@ class Task:
         task_count: int,
         query_start_ns: int,
         consumer_buffer: int,
+        max_fanout_outputs: int = 4096,
         replayable: bool = False,
     ) -> None:
         self.key = key
@@ -57,6 +58,7 @@ class Task:
         self.query_start_ns = query_start_ns
         self._background = background
         self._consumer_buffer = consumer_buffer
+        self._max_fanout_outputs = max_fanout_outputs
         self.outputs: Outputs | None = None
         self.replayable = replayable
         self._claimed: set[int] = set()
@@ -85,7 +87,12 @@ class Task:
             raise Cancelled(f"task {self.key} was cancelled: {self.cancel_reason}")
         if self.outputs is None:
             self.outputs = build_outputs(
-                request, self.plan, self.ctx, self._background, self._consumer_buffer
+                request,
+                self.plan,
+                self.ctx,
+                self._background,
+                self._consumer_buffer,
+                self._max_fanout_outputs,
             )
         head = _head_name(request)
         if head != self.outputs.head:

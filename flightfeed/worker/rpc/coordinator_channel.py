@@ -169,6 +169,7 @@ async def run_task(
             task_count=opened.request.task_count,
             query_start_ns=opened.request.query_start_time_ns,
             consumer_buffer=state.config.consumer_buffer_batches,
+            max_fanout_outputs=state.config.max_fanout_outputs,
             replayable=opened.request.replayable,
         )
         if inbox is not None:

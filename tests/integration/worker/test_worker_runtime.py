@@ -38,6 +38,7 @@ from flightfeed.errors import (
     InvalidArgument,
     NotFound,
     PlanDecodeError,
+    ResourceExhausted,
     UnknownUdfError,
 )
 from flightfeed.flight.streams import FlightDataReader
@@ -426,3 +427,26 @@ async def test_broadcast_consumer_leaving_early_does_not_break_the_others() -> N
         for table in tables.values():
             assert sorted_by_k(table).equals(TABLE)  # nothing lost or duplicated
         assert output_rows(metrics.pre_order_plan_metrics[0]) == TABLE.num_rows
+
+
+@pytest.mark.parametrize("head", ["broadcast", "repartition"])
+async def test_a_fan_out_beyond_the_workers_limit_is_refused(head: str) -> None:
+    """A broadcast head asking for 65,536 outputs streamed 45 GB from a small plan before."""
+    config = WorkerConfig(plan_wait_timeout=0.5, idle_ttl=30.0, max_fanout_outputs=8)
+    make = broadcast_request if head == "broadcast" else repartition_request
+    async with one_worker(config) as (_, client):
+        key = new_key()
+        async with client.open_task(set_plan(scan(2), key)) as channel:
+            with pytest.raises(ResourceExhausted, match=f"a {head} head asks for 9 outputs"):
+                await read(client, make(key, 0, 9))
+            rows = [0] * 8  # within the limit: every consumer reads its output
+
+            async def consume(index: int) -> None:
+                rows[index] = (await read(client, make(key, index, 8))).num_rows
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as consumers:
+                    for index in range(8):
+                        consumers.start_soon(consume, index)
+            assert sum(rows) == TABLE.num_rows * (8 if head == "broadcast" else 1)
+            await channel.cancel("done")
