@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 import grpclib.const
@@ -323,6 +323,10 @@ class FlightService:
             await stream.send_message(action_type)
 
 
+LISTEN_BACKLOG: Final = 1024
+"""Connections the kernel queues before the server accepts them (capped by somaxconn)."""
+
+
 class FlightServer:
     """Serves a FlightHandler, plus any other grpclib services, on one port.
 
@@ -366,7 +370,9 @@ class FlightServer:
     async def start(self) -> None:
         sock = listening_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
-        await self._grpc.start(sock=sock)
+        # grpclib's default backlog of 100 drops the SYNs of a burst of new connections while
+        # the loop is busy, and their clients wait seconds to retry.
+        await self._grpc.start(sock=sock, backlog=LISTEN_BACKLOG)
         self._started = True
 
     async def close(self) -> None:
