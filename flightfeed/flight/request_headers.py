@@ -2,8 +2,9 @@
 
 grpclib answers a malformed `grpc-timeout` with UNKNOWN, accepts more than the 8 digits the
 gRPC spec allows, and answers a deadline that passed before the call started with UNKNOWN and a
-logged traceback: a log flood any client can cause. These rules decide instead; the server's
-handler (internals.RefusingHandler) answers with the status they give.
+logged traceback; a `-bin` header that is not base64 gets no answer at all, only a traceback in
+the log: log floods any client can cause. These rules decide instead; the server's handler
+(internals.RefusingHandler) answers with the status they give.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from grpclib.const import Status
+from grpclib.metadata import decode_bin_value
 
 _TIMEOUT: Final = re.compile(r"([0-9]{1,8})([HMSmun])")
 _UNIT_SECONDS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -41,6 +43,12 @@ def timeout_seconds(value: str) -> float:
 def refusal(headers: Iterable[tuple[str, str]]) -> Refusal | None:
     """Why a call with these request headers is refused, or None to serve it."""
     for name, value in headers:
+        if name.endswith("-bin") and not name.startswith(":"):
+            try:
+                decode_bin_value(value.encode("ascii"))  # as grpclib will decode it
+            except (ValueError, UnicodeEncodeError):  # binascii.Error is a ValueError
+                return Refusal(Status.INVALID_ARGUMENT, f"header {name[:64]!r} is not valid base64")
+            continue
         if name != "grpc-timeout":
             continue
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,19 +14,31 @@ from pathlib import Path
 TESTS_DIR = str(Path(__file__).resolve().parents[1])
 
 
+_LOGS: dict[int, Path] = {}
+
+
 def start_worker(*extra: str) -> tuple[subprocess.Popen[str], str]:
-    """Start `flightfeed worker --port 0 ...`; the process and its grpc:// location."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flightfeed.cli", "worker", "--port", "0", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": TESTS_DIR},
-    )
+    """Start `flightfeed worker --port 0 ...`; the process and its grpc:// location. Its log
+    goes to a file (`worker_log`): a pipe nobody reads would fill and block the worker."""
+    log = Path(tempfile.mkstemp(prefix="flightfeed-worker-", suffix=".log")[1])
+    with log.open("w") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flightfeed.cli", "worker", "--port", "0", *extra],
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": TESTS_DIR},
+        )
+    _LOGS[proc.pid] = log
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert "listening on grpc://" in line, line + (proc.stderr.read() if proc.stderr else "")
+    assert "listening on grpc://" in line, line + log.read_text()
     return proc, line.rsplit(" ", 1)[1].strip()
+
+
+def worker_log(proc: subprocess.Popen[str]) -> str:
+    """What the worker wrote to its log so far."""
+    return _LOGS[proc.pid].read_text()
 
 
 @contextmanager
@@ -38,6 +51,7 @@ def worker_process(*extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+        _LOGS.pop(proc.pid).unlink(missing_ok=True)
 
 
 def resident_bytes(pid: int) -> int:

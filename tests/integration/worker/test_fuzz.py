@@ -21,7 +21,7 @@ import anyio
 import pytest
 from grpclib.const import Status
 from helpers.raw_h2 import CallAnswer, RawH2Client, grpc_message
-from helpers.worker_process import resident_bytes, worker_process
+from helpers.worker_process import resident_bytes, worker_log, worker_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -224,4 +224,6 @@ def test_malformed_input_gets_clear_answers_and_the_worker_holds(
     assert anyio.run(_serves, location)
     grown = resident_bytes(proc.pid) - warm_up
     print(f"worker RSS {warm_up / 2**20:.0f} MiB → {(warm_up + grown) / 2**20:.0f} MiB")
+    log = worker_log(proc)
+    assert "Traceback" not in log, log[-4000:]  # client errors are answered, not logged
     assert grown < max(0.10 * warm_up, 32 * 2**20), f"the worker grew by {grown / 2**20:.0f} MiB"

@@ -13,7 +13,7 @@ import pytest
 from anyio.abc import SocketStream
 from grpclib.const import Status
 from helpers.raw_h2 import CallAnswer, RawH2Client, grpc_message
-from helpers.worker_process import resident_bytes, worker_process
+from helpers.worker_process import resident_bytes, worker_log, worker_process
 
 from flightfeed._generated.flightfeed.v1 import (
     CoordinatorToWorkerMsg,
@@ -95,7 +95,8 @@ def test_bad_timeouts_get_precise_statuses_and_no_tracebacks() -> None:
     with worker_process() as (proc, location):
         answers = anyio.run(calls, location)
         proc.terminate()
-        _, log = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        log = worker_log(proc)
     # grpclib alone answered UNKNOWN to all four, and logged a traceback for "1n" on every call.
     assert answers["1n"].status == Status.DEADLINE_EXCEEDED.value
     for value in values[1:]:

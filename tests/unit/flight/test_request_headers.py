@@ -46,3 +46,17 @@ def test_malformed_timeouts_are_named_in_the_refusal(value: str) -> None:
 
 def test_calls_without_a_timeout_are_served() -> None:
     assert refusal([("content-type", "application/grpc"), ("te", "trailers")]) is None
+
+
+@pytest.mark.parametrize("value", ["a", "abcde", "ab=c", "\u00e9"])
+def test_binary_headers_must_be_base64(value: str) -> None:
+    # grpclib logged a traceback for each such call and never answered it.
+    refused = refusal([("x-key-bin", value)])
+    assert refused is not None
+    assert refused.status == Status.INVALID_ARGUMENT
+    assert "'x-key-bin' is not valid base64" in refused.message
+
+
+@pytest.mark.parametrize("value", ["", "YQ", "YWJj", "YWJjZA=="])
+def test_base64_binary_headers_are_served(value: str) -> None:
+    assert refusal([("x-key-bin", value)]) is None
