@@ -133,10 +133,17 @@ class FlightfeedReader(DataSourceReader):
         return [InputPartition(endpoint) for endpoint in endpoints]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        endpoint: client.Endpoint = partition.value
-        target = arrow_schema(self.schema)
-        for batch in client.read_endpoint(endpoint, self.table.headers, self.table.timeout):
-            yield conform(batch, target)
+        return read_partition(partition, self.table, self.schema)
+
+
+def read_partition(
+    partition: InputPartition, table: TableOptions, schema: StructType
+) -> Iterator[pa.RecordBatch]:
+    """The batches of a partition's endpoint, exactly as Spark declared the columns."""
+    endpoint: client.Endpoint = partition.value
+    target = arrow_schema(schema)
+    for batch in client.read_endpoint(endpoint, table.headers, table.timeout):
+        yield conform(batch, target)
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

@@ -30,7 +30,7 @@ from ..coordinator.streams import stream_id
 from ..coordinator.table_query import UnitRange, table_command
 from ..errors import FlightfeedError, InvalidArgument, NotFound
 from . import client
-from .source import TableOptions, arrow_schema, conform
+from .source import TableOptions, read_partition
 
 MAX_UNITS_OPTION = "maxunitspertrigger"
 AWAIT_END_OPTION = "awaitfeedend"
@@ -130,10 +130,7 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return [InputPartition(endpoint) for endpoint in endpoints]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        endpoint: client.Endpoint = partition.value
-        target = arrow_schema(self.schema)
-        for batch in client.read_endpoint(endpoint, self.table.headers, self.table.timeout):
-            yield conform(batch, target)
+        return read_partition(partition, self.table, self.schema)
 
     def commit(self, end: dict[str, int]) -> None:
         body = json.dumps({"stream": self.stream, "offsets": end}).encode()
