@@ -331,15 +331,7 @@ class Coordinator:
             with anyio.CancelScope() as scope:
                 runtime.scope = scope
                 async with anyio.create_task_group() as tg:
-                    for run in runtime.tasks.values():
-                        tg.start_soon(
-                            run_task,
-                            runtime,
-                            run,
-                            self.session,
-                            self._dispatch,
-                            runtime.headers,
-                        )
+                    self._start_tasks(tg, runtime)
                     tg.start_soon(held.watch)
                     for run in runtime.tasks.values():
                         await run.ready.wait()
@@ -348,6 +340,11 @@ class Coordinator:
         finally:
             held.release()
             runtime.finish()
+
+    def _start_tasks(self, tg: TaskGroup, runtime: QueryRuntime) -> None:
+        """A runner for each of the query's tasks, in `tg`."""
+        for run in runtime.tasks.values():
+            tg.start_soon(run_task, runtime, run, self.session, self._dispatch, runtime.headers)
 
     async def _run_query(
         self,
@@ -364,15 +361,7 @@ class Coordinator:
                     runtime.scope = scope
                     task_status.started()
                     async with anyio.create_task_group() as tg:
-                        for run in runtime.tasks.values():
-                            tg.start_soon(
-                                run_task,
-                                runtime,
-                                run,
-                                self.session,
-                                self._dispatch,
-                                runtime.headers,
-                            )
+                        self._start_tasks(tg, runtime)
                         tg.start_soon(self._run_root, runtime, root, send)
                     runtime.completed = runtime.failure is None
                 if runtime.failure is not None:

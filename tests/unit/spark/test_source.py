@@ -30,6 +30,8 @@ from flightfeed.spark.source import (
     conform,
 )
 
+from .strategies import table_arguments
+
 URI = "grpc://127.0.0.1:1"  # nothing listens: a test that reached the network would fail
 
 
@@ -81,19 +83,8 @@ def test_bad_options_say_which(options: dict[str, str], message: str) -> None:
         TableOptions.of(options)
 
 
-json_arguments = st.lists(
-    st.one_of(
-        st.booleans(),
-        st.integers(-(2**63), 2**63 - 1),
-        st.floats(allow_nan=False, allow_infinity=False),
-        st.text(),
-    ),
-    max_size=5,
-)
-
-
 @settings(max_examples=60, deadline=None)
-@given(json_arguments, st.lists(st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]*", fullmatch=True)))
+@given(table_arguments, st.lists(st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]*", fullmatch=True)))
 def test_options_reach_the_coordinator_unchanged(arguments: list[Any], columns: list[str]) -> None:
     """`args` as JSON and `columns` as text (names trimmed), through the command, to the
     coordinator's parse."""

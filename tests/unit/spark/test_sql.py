@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 import sqlglot
 from hypothesis import given, settings
-from hypothesis import strategies as st
 from sqlglot import exp
 
 from flightfeed.errors import InvalidArgument
 from flightfeed.spark.source import SOURCE_NAME, TableOptions
 from flightfeed.spark.sql import TableCall, error_message, rewrite, sql
+
+from .strategies import table_arguments
 
 SEED_QUERY = (
     "SELECT count(*) AS cnt, task FROM scan(2, '3,1', '2', '4', '1,1') GROUP BY task ORDER BY task"
@@ -128,19 +129,8 @@ def render(value: int | float | str | bool) -> str:
     return repr(value)
 
 
-arguments = st.lists(
-    st.one_of(
-        st.booleans(),
-        st.integers(-(2**63), 2**63 - 1),
-        st.floats(allow_nan=False, allow_infinity=False),
-        st.text(),
-    ),
-    max_size=5,
-)
-
-
 @settings(max_examples=150, deadline=None)
-@given(arguments)
+@given(table_arguments)
 def test_arguments_round_trip(values: list[int | float | str | bool]) -> None:
     query = f"SELECT * FROM scan({', '.join(render(v) for v in values)}) WHERE x > 1"
     _, [found] = rewrite(query, ["scan"])
