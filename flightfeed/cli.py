@@ -3,7 +3,7 @@
 flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--keepalive SECONDS] [--keepalive-timeout SECONDS]
                   [--handshake-timeout SECONDS] [--max-connections N]
-                  [--plan-wait-timeout SECONDS]
+                  [--plan-wait-timeout SECONDS] [--memory-limit SIZE]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
                   (--worker grpc://host:port ... | --local-workers N)
 flightfeed demo      the main job on an embedded default (see README)
@@ -29,6 +29,7 @@ from .flight.connection_limits import (
 )
 from .flight.keepalive import KeepalivePolicy
 from .flight.tuning import run
+from .plan.memory import DEFAULT_MEMORY_FRACTION, default_memory_limit, parse_memory_size
 from .worker.config import WorkerConfig
 
 log = logging.getLogger("flightfeed")
@@ -46,7 +47,10 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         max_connections=args.max_connections or default_max_connections(),
     )
     return WorkerConfig(
-        keepalive=keepalive, connections=connections, plan_wait_timeout=args.plan_wait_timeout
+        keepalive=keepalive,
+        connections=connections,
+        plan_wait_timeout=args.plan_wait_timeout,
+        memory_limit=args.memory_limit,
     )
 
 
@@ -150,6 +154,13 @@ def _non_negative_count(text: str) -> int:
     return value
 
 
+def _memory_size(text: str) -> int:
+    try:
+        return parse_memory_size(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flightfeed", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"flightfeed {__version__}")
@@ -196,6 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long an ExecuteTask waits for its task's plan "
         f"(default {WorkerConfig().plan_wait_timeout:g})",
+    )
+    worker.add_argument(
+        "--memory-limit",
+        type=_memory_size,
+        default=default_memory_limit(),
+        metavar="SIZE",
+        help="memory the worker's tasks may hold at once, as bytes, 512MiB, 4GiB or a share of"
+        f" the machine's memory such as 50%% (default {100 * DEFAULT_MEMORY_FRACTION:.0f}%%)",
     )
     worker.add_argument(
         "--handshake-timeout",

@@ -10,33 +10,26 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Final, TypeAlias
 
 import pyarrow as pa
 
-from ..errors import InvalidArgument
+from ..ipcwire import MessageKind, peek_message
+
+__all__ = [
+    "CONTINUATION",
+    "Buffer",
+    "IpcMessage",
+    "IpcMessageFeed",
+    "IpcMessageSplitter",
+    "MessageKind",
+    "peek_message",
+]
 
 CONTINUATION: Final = b"\xff\xff\xff\xff"
-_U16 = struct.Struct("<H")
 _I32 = struct.Struct("<i")
-_U32 = struct.Struct("<I")
-_I64 = struct.Struct("<q")
-# Fields of the Message table in Message.fbs (a union takes two slots: type, then value).
-_FIELD_HEADER_TYPE: Final = 1
-_FIELD_BODY_LENGTH: Final = 3
 
 Buffer: TypeAlias = "bytes | memoryview | pa.Buffer"
-
-
-class MessageKind(IntEnum):
-    """`MessageHeader` union tags of Message.fbs."""
-
-    SCHEMA = 1
-    DICTIONARY_BATCH = 2
-    RECORD_BATCH = 3
-    TENSOR = 4
-    SPARSE_TENSOR = 5
 
 
 @dataclass
@@ -46,37 +39,6 @@ class IpcMessage:
     header: bytes
     body: list[Buffer] = field(default_factory=list)
     body_length: int = 0
-
-
-def _flatbuffer_field(buf: memoryview, table: int, index: int) -> int:
-    """Absolute position of field `index` of the table at `table`, or 0 when absent."""
-    vtable = table - _I32.unpack_from(buf, table)[0]
-    if vtable < 0 or vtable + 4 > len(buf):
-        raise InvalidArgument("malformed IPC message header: vtable out of bounds")
-    vtable_length = _U16.unpack_from(buf, vtable)[0]
-    slot = 4 + 2 * index
-    if slot + 2 > vtable_length or vtable + slot + 2 > len(buf):
-        return 0
-    offset = _U16.unpack_from(buf, vtable + slot)[0]
-    return table + offset if offset else 0
-
-
-def peek_message(header: memoryview | bytes) -> tuple[int, int]:
-    """(MessageHeader kind, bodyLength) of a Message flatbuffer, with bounds checks."""
-    buf = memoryview(header)
-    try:
-        table = _U32.unpack_from(buf, 0)[0]
-        if table + 4 > len(buf):
-            raise InvalidArgument("malformed IPC message header: root out of bounds")
-        kind_pos = _flatbuffer_field(buf, table, _FIELD_HEADER_TYPE)
-        kind = buf[kind_pos] if kind_pos else 0
-        length_pos = _flatbuffer_field(buf, table, _FIELD_BODY_LENGTH)
-        body_length = _I64.unpack_from(buf, length_pos)[0] if length_pos else 0
-    except (struct.error, IndexError) as exc:
-        raise InvalidArgument(f"malformed IPC message header: {exc}") from None
-    if body_length < 0:
-        raise InvalidArgument("malformed IPC message header: negative body length")
-    return kind, body_length
 
 
 class IpcMessageSplitter:

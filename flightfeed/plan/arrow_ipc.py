@@ -2,7 +2,9 @@
 
 Reading validates every batch fully (Arrow's IPC reader trusts buffer contents otherwise) and
 checks that every field name is UTF-8, so a hostile plan fails here with PlanDecodeError
-instead of later, or in C++.
+instead of later, or in C++. Before Arrow reads anything, the size the stream decodes to (its
+compressed buffers declare it, see ipcwire.py) is checked against a limit: a few kilobytes of
+zstd must not become gigabytes.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from ..errors import PlanDecodeError
+from ..errors import FlightfeedError, PlanDecodeError, ResourceExhausted
+from ..ipcwire import decoded_body_bytes
 
 
 def write_ipc_stream(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> bytes:
@@ -22,8 +25,30 @@ def write_ipc_stream(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> by
     return bytes(sink.getvalue().to_pybytes())
 
 
-def read_ipc_stream(data: bytes, what: str) -> tuple[pa.Schema, list[pa.RecordBatch]]:
-    """Schema and batches of an IPC stream; PlanDecodeError naming `what` if anything is off."""
+def decoded_stream_bytes(data: bytes, what: str) -> int:
+    """Bytes the stream's message bodies take once decoded, read from their headers only."""
+    total = 0
+    try:
+        reader = pa.ipc.MessageReader.open_stream(pa.py_buffer(data))
+        for message in reader:
+            body = message.body
+            total += decoded_body_bytes(message.metadata, body if body is not None else b"")
+    except Exception as exc:  # untrusted bytes: every failure is a decode error
+        raise PlanDecodeError(f"{what} is not valid Arrow IPC: {exc}") from exc
+    return total
+
+
+def read_ipc_stream(
+    data: bytes, what: str, *, max_decoded_bytes: int | None
+) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """Schema and batches of an IPC stream; PlanDecodeError naming `what` if anything is off,
+    ResourceExhausted if it would decode to more than `max_decoded_bytes`."""
+    if max_decoded_bytes is not None:
+        decoded = decoded_stream_bytes(data, what)
+        if decoded > max_decoded_bytes:
+            raise ResourceExhausted(
+                f"{what} decodes to {decoded} bytes, over the limit of {max_decoded_bytes}"
+            )
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(data))
         batches = list(reader)
@@ -31,6 +56,8 @@ def read_ipc_stream(data: bytes, what: str) -> tuple[pa.Schema, list[pa.RecordBa
         for batch in batches:
             batch.validate(full=True)
             _ = batch.columns  # pyarrow has no Python class for some types (KeyError)
+    except FlightfeedError:
+        raise
     except Exception as exc:  # untrusted bytes: every failure is a decode error
         raise PlanDecodeError(f"{what} is not valid Arrow IPC: {exc}") from exc
     return reader.schema, batches

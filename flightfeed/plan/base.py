@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import pyarrow as pa
 
-from ..errors import InvalidArgument, ResourceExhausted
+from ..errors import InvalidArgument
 from .functions import PlanSession
+from .memory import UNBOUNDED, TaskMemory
 from .metrics import MetricsRegistry
 
 if TYPE_CHECKING:
@@ -55,13 +56,17 @@ class ExecutionPlan(Protocol):
         ...
 
 
+_SESSION_BUDGET = TaskMemory(UNBOUNDED, "(the session's budget)", None)
+
+
 @dataclass(eq=False)
 class TaskContext:
     """Everything a running task hands its nodes. Extend with fields; old callers keep working.
 
     `background` is a task group living as long as the task: nodes that fan one execution out
     to several output partitions (Repartition) run their input there. `extensions` is for
-    layers above the plan (the feed resolver of work-unit feeds, for instance).
+    layers above the plan (the feed resolver of work-unit feeds, for instance). `memory` is the
+    task's share of its worker's memory pool: operators reserve from it before they hold data.
     """
 
     session: PlanSession
@@ -71,7 +76,13 @@ class TaskContext:
     background: TaskGroup | None = None
     offload_threshold_bytes: int = DEFAULT_OFFLOAD_THRESHOLD_BYTES
     extensions: dict[str, object] = field(default_factory=dict)
+    memory: TaskMemory = field(default_factory=lambda: _SESSION_BUDGET)
     _node_state: dict[int, tuple[object, object]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.memory is _SESSION_BUDGET:  # no pool given: the session's budget, unpooled
+            limit = self.session.memory_budget_bytes
+            self.memory = UNBOUNDED.task(f"{self.task_number}", limit)
 
     def node_state(self, node: object, factory: Callable[[], T]) -> T:
         """Per-(node, task) state, created on first use: shared by a node's partitions."""
@@ -173,10 +184,8 @@ def pre_order(plan: ExecutionPlan) -> list[ExecutionPlan]:
     return out
 
 
-def check_memory(ctx: TaskContext, nbytes: int, what: str) -> None:
-    """ResourceExhausted when one operator's buffered state exceeds the session's budget."""
-    budget = ctx.session.memory_budget_bytes
-    if budget is not None and nbytes > budget:
-        raise ResourceExhausted(
-            f"{what} holds {nbytes} bytes, over the session memory budget of {budget} bytes"
-        )
+def embedded_bytes(plan: ExecutionPlan) -> int:
+    """Bytes of data the plan's nodes carry in themselves (a MemoryScan's batches), held as
+    long as the plan: a node says so with an `embedded_bytes` attribute. Give the plan before
+    instrumentation (wrappers do not forward attributes)."""
+    return sum(int(getattr(node, "embedded_bytes", 0)) for node in pre_order(plan))

@@ -17,7 +17,13 @@ from typing import Protocol, TypeVar
 import betterproto2
 
 from .._generated.flightfeed.v1 import PlanNode
-from ..errors import FlightfeedError, InvalidArgument, PlanDecodeError, UnknownUdfError
+from ..errors import (
+    FlightfeedError,
+    InvalidArgument,
+    PlanDecodeError,
+    ResourceExhausted,
+    UnknownUdfError,
+)
 from .base import ExecutionPlan
 from .functions import PlanSession
 from .metrics import unwrap
@@ -28,13 +34,31 @@ MAX_PLAN_DEPTH = 128
 M = TypeVar("M", bound=betterproto2.Message)
 
 
+class DecodeBudget:
+    """Bytes a plan's embedded data (MemoryScans) may decode to, all nodes together: the
+    session's memory budget. Checked before Arrow decodes, from the sizes the data declares."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.limit is None else self.limit - self.used
+
+    def charge(self, nbytes: int) -> None:
+        self.used += nbytes
+
+
 @dataclass(frozen=True)
 class DecodeContext:
-    """What a codec may use to rebuild a node: the session (UDFs) and the registry."""
+    """What a codec may use to rebuild a node: the session (UDFs), the registry, and the
+    budget for the data the plan embeds."""
 
     session: PlanSession
     registry: CodecRegistry
     extensions: Mapping[str, object] = field(default_factory=dict)
+    budget: DecodeBudget = field(default_factory=lambda: DecodeBudget(None))
 
 
 class PlanCodec(Protocol):
@@ -136,7 +160,8 @@ def decode_plan(
 ) -> ExecutionPlan:
     """Rebuild a plan from `encode_plan` bytes, resolving functions in `session`."""
     msg = parse_message(PlanNode, data, "plan bytes")
-    ctx = DecodeContext(session, registry, MappingProxyType(dict(extensions or {})))
+    budget = DecodeBudget(session.memory_budget_bytes)
+    ctx = DecodeContext(session, registry, MappingProxyType(dict(extensions or {})), budget)
     return _decode(msg, ctx, "plan", 0)
 
 
@@ -156,7 +181,7 @@ def _decode(msg: PlanNode, ctx: DecodeContext, path: str, depth: int) -> Executi
     ]
     try:
         return codec.decode(msg.kind, msg.payload, children, ctx)
-    except (PlanDecodeError, UnknownUdfError) as exc:
+    except (PlanDecodeError, UnknownUdfError, ResourceExhausted) as exc:
         raise type(exc)(f"{msg.kind} node at {path}: {exc.message}") from exc
     except FlightfeedError as exc:
         raise PlanDecodeError(f"invalid {msg.kind} node at {path}: {exc.message}") from exc

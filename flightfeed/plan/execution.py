@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from .base import DEFAULT_OFFLOAD_THRESHOLD_BYTES, ExecutionPlan, TaskContext, closing
 from .functions import PlanSession
+from .memory import UNBOUNDED, MemoryPool
 from .merge import merge
 from .metrics import MetricsRegistry
 
@@ -22,26 +23,33 @@ async def open_task_context(
     task_count: int = 1,
     metrics: MetricsRegistry | None = None,
     offload_threshold_bytes: int = DEFAULT_OFFLOAD_THRESHOLD_BYTES,
+    memory_pool: MemoryPool = UNBOUNDED,
 ) -> AsyncIterator[TaskContext]:
     """A TaskContext whose background task group lives until the block exits (then cancelled).
 
-    An error of the block is re-raised as is, not wrapped in an ExceptionGroup.
+    The task may hold the session's memory budget, drawn from `memory_pool`. An error of the
+    block is re-raised as is, not wrapped in an ExceptionGroup.
     """
     failure: Exception | None = None
-    async with anyio.create_task_group() as tg:
-        try:
-            yield TaskContext(
-                session=session,
-                task_number=task_number,
-                task_count=task_count,
-                metrics=metrics if metrics is not None else MetricsRegistry(),
-                background=tg,
-                offload_threshold_bytes=offload_threshold_bytes,
-            )
-        except Exception as exc:
-            failure = exc
-        finally:
-            tg.cancel_scope.cancel()
+    memory = memory_pool.task(f"{task_number}", session.memory_budget_bytes)
+    try:
+        async with anyio.create_task_group() as tg:
+            try:
+                yield TaskContext(
+                    session=session,
+                    task_number=task_number,
+                    task_count=task_count,
+                    metrics=metrics if metrics is not None else MetricsRegistry(),
+                    background=tg,
+                    offload_threshold_bytes=offload_threshold_bytes,
+                    memory=memory,
+                )
+            except Exception as exc:
+                failure = exc
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        memory.close()  # the task's data is gone with it
     if failure is not None:
         raise failure
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ExecutionError, FlightfeedError, InvalidArgument, UnknownUdfError
+from .expansion import check_expansion
 from .functions import FunctionRegistry, ScalarUdf
 
 _CALLABLE_KINDS = frozenset({"scalar", "vector", "meta"})
@@ -189,13 +190,18 @@ def _eval(
             raise error(f"column {expr.name!r} not found (or ambiguous) in {batch.schema.names}")
         return batch.column(index)
     if isinstance(expr, Literal):
-        return expr.value
+        # Inferring types computes nothing: a literal is zero rows of its type, so a call over
+        # literals only (binary_repeat of a constant) is not evaluated while planning.
+        return pa.array([], type=expr.value.type) if infer else expr.value
     args = [_eval(arg, batch, functions, error, infer=infer) for arg in expr.args]
     target = resolve_scalar(expr.function, functions)
     if isinstance(target, ScalarUdf):
         if infer:
             return pa.array([], type=target.return_type)
         return _call_udf(target, args, batch.num_rows)
+    if not infer:
+        budget = getattr(functions, "memory_budget_bytes", None)
+        check_expansion(expr.function, args, expr.options, max(batch.num_rows, 1), budget)
     try:
         # `length` only sizes nullary functions (random); with arguments it must stay unset.
         return target.call(args, expr.options, length=None if args else batch.num_rows)

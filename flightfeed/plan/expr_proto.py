@@ -19,6 +19,8 @@ MAX_EXPR_DEPTH = 256
 """Deeper expression trees are rejected: they only come from bugs or hostile peers."""
 
 _LITERAL_FIELD = "literal"
+LITERAL_MIN_DECODED_LIMIT = 1 << 20
+"""A literal may decode to its size on the wire, or this much if that is more."""
 
 
 def literal_to_ipc(value: pa.Scalar) -> bytes:
@@ -29,7 +31,8 @@ def literal_to_ipc(value: pa.Scalar) -> bytes:
 
 def literal_from_ipc(data: bytes) -> pa.Scalar:
     """Inverse of `literal_to_ipc`; PlanDecodeError unless it is exactly one valid value."""
-    schema, batches = read_ipc_stream(data, "literal")
+    limit = max(len(data), LITERAL_MIN_DECODED_LIMIT)  # ours are never compressed
+    schema, batches = read_ipc_stream(data, "literal", max_decoded_bytes=limit)
     rows = sum(b.num_rows for b in batches)
     if len(schema) != 1 or rows != 1:
         raise PlanDecodeError(f"literal must hold 1 column and 1 row, got {len(schema)}x{rows}")

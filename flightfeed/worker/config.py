@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..flight.connection_limits import ConnectionLimits
 from ..flight.keepalive import WORKER_SERVER_KEEPALIVE, KeepalivePolicy
+from ..plan.memory import default_memory_limit
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class WorkerConfig:
         that vanished without closing its connection are cancelled (None: never).
     connections: how many connections the worker holds at once, and how long a new one has to
         send the HTTP/2 preface (so silent connections cannot use up its file descriptors).
+    memory_limit: bytes every task together may hold (the worker's memory pool); a task's own
+        limit is its session's memory budget, if lower. None: unbounded. Default: half the
+        machine's (or cgroup's) memory.
     """
 
     plan_wait_timeout: float = 10.0
@@ -42,6 +46,7 @@ class WorkerConfig:
     replay_limit: int = 100_000
     keepalive: KeepalivePolicy | None = WORKER_SERVER_KEEPALIVE
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    memory_limit: int | None = field(default_factory=default_memory_limit)
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl"):
@@ -57,3 +62,5 @@ class WorkerConfig:
             < 1
         ):
             raise ValueError("WorkerConfig buffers and limits must be at least 1")
+        if self.memory_limit is not None and self.memory_limit < 1:
+            raise ValueError("WorkerConfig.memory_limit must be positive (or None)")

@@ -3,8 +3,9 @@ how sessions are built, and where it can be reached."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..plan.memory import MemoryPool
 from ..session import SessionBuilder
 from .config import WorkerConfig
 from .registry import TaskRegistry
@@ -17,3 +18,8 @@ class WorkerState:
     session_builder: SessionBuilder
     location: str = ""
     """The worker's location (known once it serves); error origins name it."""
+    memory: MemoryPool = field(init=False)
+    """What every task's operators reserve from (WorkerConfig.memory_limit)."""
+
+    def __post_init__(self) -> None:
+        self.memory = MemoryPool(self.config.memory_limit)

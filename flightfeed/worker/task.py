@@ -18,7 +18,8 @@ from anyio.abc import TaskGroup
 
 from .._generated.flightfeed.v1 import ExecuteTaskRequest, Metric, MetricsSet, NamedTime
 from ..errors import Cancelled, ErrorOrigin, InvalidArgument
-from ..plan.base import ExecutionPlan, TaskContext
+from ..plan.base import ExecutionPlan, TaskContext, embedded_bytes
+from ..plan.memory import TaskMemory
 from ..plan.metrics import MetricsRegistry, instrument
 from ..protocol.keys import TaskId
 from ..session import Session
@@ -41,11 +42,13 @@ class Task:
         consumer_buffer: int,
         max_fanout_outputs: int = 4096,
         replayable: bool = False,
+        memory: TaskMemory | None = None,
     ) -> None:
         self.key = key
         self.session = session
         self.worker_url = worker_url
         self.metrics = MetricsRegistry()
+        self._embedded_bytes = embedded_bytes(plan)
         self.plan = instrument(plan, self.metrics)
         self.ctx = TaskContext(
             session=session,
@@ -54,6 +57,8 @@ class Task:
             metrics=self.metrics,
             background=background,
         )
+        if memory is not None:
+            self.ctx.memory = memory
         self.plan_arrived_ns = time.time_ns()
         self.query_start_ns = query_start_ns
         self._background = background
@@ -70,6 +75,11 @@ class Task:
         self.last_activity = time.monotonic()
         self.done = anyio.Event()
         self.cancel_reason: str | None = None
+
+    def reserve_plan_data(self) -> None:
+        """Reserve the data the plan carries (decoded MemoryScans): held as long as the task."""
+        if self._embedded_bytes:
+            self.ctx.memory.reservation("MemoryScan").grow(self._embedded_bytes)
 
     @property
     def origin(self) -> ErrorOrigin:

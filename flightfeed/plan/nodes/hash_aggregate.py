@@ -33,7 +33,6 @@ from ..base import (
     ExecutionPlan,
     TaskContext,
     UnaryNode,
-    check_memory,
     closing,
     expect_children,
 )
@@ -41,6 +40,7 @@ from ..codec import DecodeContext, decode_enum, parse_payload
 from ..expr import Expr, calls_udf, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto, named_from_proto, named_to_proto
 from ..functions import BUILTINS, FunctionRegistry
+from ..memory import MemoryReservation
 from ..offload import run_compute
 
 MERGE_EVERY_BATCHES = 16
@@ -116,29 +116,47 @@ class HashAggregate(UnaryNode):
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
         user_code = self._runs_user_code(ctx.session)
-        states: list[pa.Table] = []
-        since_merge = 0
-        async with closing(self.child.execute(partition, ctx)) as stream:
-            async for batch in stream:
-                if not batch.num_rows:
-                    continue
-                consume = partial(self._to_states, batch, ctx.session)
-                states.append(await run_compute(ctx, batch.nbytes, consume, user_code=user_code))
-                since_merge += 1
-                if since_merge >= MERGE_EVERY_BATCHES:
-                    merged = await self._merge_async(states, ctx, user_code)
-                    states, since_merge = [merged], 0
-                    check_memory(ctx, merged.nbytes, self.name)
-        if not states:  # no rows: a global aggregate still yields its one row
-            empty = pa.RecordBatch.from_arrays(
-                [pa.array([], type=f.type) for f in self.child.schema], schema=self.child.schema
-            )
-            states = [self._to_states(empty, ctx.session)]
-        merged = await self._merge_async(states, ctx, user_code)
-        finish = partial(self._finish, merged)
-        out = await run_compute(ctx, merged.nbytes, finish, user_code=user_code)
-        for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
-            yield batch
+        with ctx.memory.reservation(self.name) as held:
+            states: list[pa.Table] = []
+            since_merge = 0
+            async with closing(self.child.execute(partition, ctx)) as stream:
+                async for batch in stream:
+                    if not batch.num_rows:
+                        continue
+                    consume = partial(self._to_states, batch, ctx.session)
+                    held.grow(batch.nbytes)  # a batch's states are at most about its size
+                    state = await run_compute(ctx, batch.nbytes, consume, user_code=user_code)
+                    held.shrink(batch.nbytes)
+                    held.grow(state.nbytes)
+                    states.append(state)
+                    since_merge += 1
+                    if since_merge >= MERGE_EVERY_BATCHES:
+                        states, since_merge = [await self._merge_held(states, held, ctx)], 0
+            if not states:  # no rows: a global aggregate still yields its one row
+                empty = pa.RecordBatch.from_arrays(
+                    [pa.array([], type=f.type) for f in self.child.schema],
+                    schema=self.child.schema,
+                )
+                states = [self._to_states(empty, ctx.session)]
+            merged = await self._merge_held(states, held, ctx)
+            del states
+            held.grow(merged.nbytes)
+            finish = partial(self._finish, merged)
+            out = await run_compute(ctx, merged.nbytes, finish, user_code=user_code)
+            held.resize(out.nbytes)
+            del merged
+            for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
+                yield batch
+
+    async def _merge_held(
+        self, states: list[pa.Table], held: MemoryReservation, ctx: TaskContext
+    ) -> pa.Table:
+        """The states merged into one table; the merged copy is reserved before it is made."""
+        size = sum(state.nbytes for state in states)
+        held.grow(size)
+        merged = await self._merge_async(states, ctx, self._runs_user_code(ctx.session))
+        held.resize(merged.nbytes)
+        return merged
 
     async def _merge_async(
         self, states: list[pa.Table], ctx: TaskContext, user_code: bool

@@ -23,11 +23,12 @@ from ..base import (
     ExecutionPlan,
     PlanNodeBase,
     TaskContext,
-    check_memory,
     closing,
     expect_children,
 )
 from ..codec import DecodeContext, decode_enum, parse_payload
+from ..join_size import estimate_join_bytes
+from ..memory import MemoryReservation
 from ..merge import merge
 from ..offload import run_compute
 
@@ -100,15 +101,27 @@ class HashJoin(PlanNodeBase):
         )
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
-        if self.collect_left:
-            build = await ctx.node_state(self, _Build).get(self.left, ctx)
-        else:
-            build = await _collect(self.left, [partition], ctx, self.name)
-        probe = await _collect(self.right, [partition], ctx, self.name)
-        join = partial(self._join, build, probe)
-        out = await run_compute(ctx, build.nbytes + probe.nbytes, join)
-        for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
-            yield batch
+        with ctx.memory.reservation(self.name) as held:
+            if self.collect_left:
+                build = await ctx.node_state(self, _Build).get(self.left, ctx)
+            else:
+                build = await _collect(self.left, [partition], ctx, held)
+            probe = await _collect(self.right, [partition], ctx, held)
+            join = partial(self._sized_join, build, probe, held)
+            out = await run_compute(ctx, build.nbytes + probe.nbytes, join)
+            del probe
+            for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
+                yield batch
+
+    def _sized_join(self, left: pa.Table, right: pa.Table, held: MemoryReservation) -> pa.Table:
+        """The join, after reserving what its output and hash table will take (Acero builds
+        the whole output at once: a few thousand rows per side can ask for gigabytes)."""
+        held.grow(
+            estimate_join_bytes(
+                left, right, [lk for lk, _ in self.on], [rk for _, rk in self.on], self.join_type
+            )
+        )
+        return self._join(left, right)
 
     def _join(self, left: pa.Table, right: pa.Table) -> pa.Table:
         return left.join(
@@ -127,23 +140,23 @@ class HashJoin(PlanNodeBase):
 
 
 async def _collect(
-    plan: ExecutionPlan, partitions: Sequence[int], ctx: TaskContext, what: str
+    plan: ExecutionPlan, partitions: Sequence[int], ctx: TaskContext, held: MemoryReservation
 ) -> pa.Table:
-    """The partitions as one table, read concurrently (the outputs of a fan-out such as
-    Repartition are bounded, so reading them one after the other could stall)."""
+    """The partitions as one table, each batch reserved before it is kept. Read concurrently:
+    the outputs of a fan-out such as Repartition are bounded, so reading them one after the
+    other could stall."""
     batches: list[pa.RecordBatch] = []
-    nbytes = 0
     sources = {partition: plan.execute(partition, ctx) for partition in partitions}
     async with closing(merge(sources)) as stream:
         async for _, batch in stream:
+            held.grow(batch.nbytes)
             batches.append(batch)
-            nbytes += batch.nbytes
-            check_memory(ctx, nbytes, what)
     return pa.Table.from_batches(batches, schema=plan.schema)
 
 
 class _Build:
-    """The left input of a collect_left join, collected once per task for all partitions."""
+    """The left input of a collect_left join, collected once per task for all partitions (its
+    reservation lasts as long as the task)."""
 
     def __init__(self) -> None:
         self.lock = anyio.Lock()
@@ -152,8 +165,8 @@ class _Build:
     async def get(self, left: ExecutionPlan, ctx: TaskContext) -> pa.Table:
         async with self.lock:
             if self.table is None:
-                partitions = range(left.output_partitions)
-                self.table = await _collect(left, partitions, ctx, "HashJoin build side")
+                held = ctx.memory.reservation("HashJoin build side")
+                self.table = await _collect(left, range(left.output_partitions), ctx, held)
             return self.table
 
 

@@ -13,7 +13,7 @@ from ..._generated.flightfeed.v1 import MemoryScanNode
 from ...errors import InvalidArgument, PlanDecodeError
 from ..arrow_ipc import read_ipc_schema, read_ipc_stream, write_ipc_stream
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, expect_children
-from ..codec import DecodeContext, parse_payload
+from ..codec import DecodeBudget, DecodeContext, parse_payload
 
 
 class MemoryScan(PlanNodeBase):
@@ -32,6 +32,8 @@ class MemoryScan(PlanNodeBase):
         self.partitions: tuple[tuple[pa.RecordBatch, ...], ...] = tuple(
             tuple(p) for p in partitions
         )
+        self.embedded_bytes = sum(batch.nbytes for part in self.partitions for batch in part)
+        """Held as long as the plan: a worker reserves it for the task (see plan/memory.py)."""
 
     @classmethod
     def from_table(
@@ -62,8 +64,12 @@ class MemoryScan(PlanNodeBase):
             yield batch
 
 
-def _read_partition(data: bytes, schema: pa.Schema) -> list[pa.RecordBatch]:
-    found, batches = read_ipc_stream(data, "MemoryScan partition")
+def _read_partition(data: bytes, schema: pa.Schema, budget: DecodeBudget) -> list[pa.RecordBatch]:
+    """One partition's batches, decoded only if they fit in what is left of the plan's budget."""
+    found, batches = read_ipc_stream(
+        data, "MemoryScan partition", max_decoded_bytes=budget.remaining
+    )
+    budget.charge(sum(batch.nbytes for batch in batches))
     if not found.equals(schema, check_metadata=False):
         raise PlanDecodeError(f"MemoryScan partition schema {found} is not {schema}")
     return batches
@@ -88,4 +94,4 @@ class MemoryScanCodec:
         msg = parse_payload(MemoryScanNode, payload, kind)
         expect_children(kind, children, 0)
         schema = read_ipc_schema(msg.schema, "MemoryScan schema")
-        return MemoryScan(schema, [_read_partition(p, schema) for p in msg.partitions])
+        return MemoryScan(schema, [_read_partition(p, schema, ctx.budget) for p in msg.partitions])

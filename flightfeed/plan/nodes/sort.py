@@ -19,7 +19,6 @@ from ..base import (
     ExecutionPlan,
     TaskContext,
     UnaryNode,
-    check_memory,
     closing,
     expect_children,
 )
@@ -27,6 +26,7 @@ from ..codec import DecodeContext, parse_payload
 from ..expr import Expr, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
+from ..memory import MemoryReservation
 from ..offload import run_compute
 
 OUTPUT_BATCH_ROWS = 65536
@@ -76,24 +76,39 @@ class Sort(UnaryNode):
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
         if self.fetch == 0:
             return
-        pending: list[pa.RecordBatch] = []
-        rows = nbytes = 0
-        async with closing(self.child.execute(partition, ctx)) as stream:
-            async for batch in stream:
-                if not batch.num_rows:
-                    continue
-                pending.append(batch)
-                rows += batch.num_rows
-                nbytes += batch.nbytes
-                if self.fetch is not None and rows >= max(2 * self.fetch, TOP_K_COMPACT_ROWS):
-                    top = await run_compute(ctx, nbytes, partial(self._sort, pending, ctx))
-                    pending, rows, nbytes = [top], top.num_rows, top.nbytes
-                check_memory(ctx, nbytes, self.name)
-        if not pending:
-            return
-        out = await run_compute(ctx, nbytes, partial(self._sort, pending, ctx))
-        for offset in range(0, out.num_rows, OUTPUT_BATCH_ROWS):
-            yield out.slice(offset, OUTPUT_BATCH_ROWS)
+        with ctx.memory.reservation(self.name) as held:
+            pending: list[pa.RecordBatch] = []
+            rows = nbytes = 0
+            async with closing(self.child.execute(partition, ctx)) as stream:
+                async for batch in stream:
+                    if not batch.num_rows:
+                        continue
+                    held.grow(batch.nbytes)
+                    pending.append(batch)
+                    rows += batch.num_rows
+                    nbytes += batch.nbytes
+                    if self.fetch is not None and rows >= max(2 * self.fetch, TOP_K_COMPACT_ROWS):
+                        top = await self._sorted(pending, nbytes, held, ctx)
+                        pending, rows, nbytes = [top], top.num_rows, top.nbytes
+            if not pending:
+                return
+            out = await self._sorted(pending, nbytes, held, ctx)
+            del pending
+            for offset in range(0, out.num_rows, OUTPUT_BATCH_ROWS):
+                yield out.slice(offset, OUTPUT_BATCH_ROWS)
+
+    async def _sorted(
+        self,
+        batches: list[pa.RecordBatch],
+        nbytes: int,
+        held: MemoryReservation,
+        ctx: TaskContext,
+    ) -> pa.RecordBatch:
+        """The batches sorted as one; the sorted copy is reserved before it is made."""
+        held.grow(nbytes)
+        out = await run_compute(ctx, nbytes, partial(self._sort, batches, ctx))
+        held.resize(out.nbytes)
+        return out
 
     def _sort(self, batches: list[pa.RecordBatch], ctx: TaskContext) -> pa.RecordBatch:
         batch = batches[0] if len(batches) == 1 else pa.concat_batches(batches)

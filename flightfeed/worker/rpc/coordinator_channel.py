@@ -16,7 +16,7 @@ Transport-neutral: `inbound` and `send` are the gRPC stream or an in-process mem
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 import betterproto2
@@ -111,7 +111,7 @@ async def open_task(state: WorkerState, headers: Headers, request: SetPlanReques
     state.registry.check_capacity(key)
     origin = key.origin(state.location)
     check_feed_declarations(request, state.config.max_feed_partitions)
-    session = await _build_session(state, headers, request, origin)
+    session = _within_pool(await _build_session(state, headers, request, origin), state)
     inbox = (
         FeedInbox.from_declarations(
             request.work_unit_feed_declarations,
@@ -129,6 +129,16 @@ async def open_task(state: WorkerState, headers: Headers, request: SetPlanReques
         raise as_flightfeed_error(exc, PLAN_DECODE).locate(origin) from exc
     state.registry.check_capacity(key)  # again: other tasks may have come in meanwhile
     return OpenedTask(key, request, session, plan, inbox)
+
+
+def _within_pool(session: Session, state: WorkerState) -> Session:
+    """The session with a memory budget no larger than the worker's pool: the budget is what
+    the plan's embedded data and size-checked functions are measured against."""
+    pool = state.memory.limit
+    budget = session.memory_budget_bytes
+    if pool is None or (budget is not None and budget <= pool):
+        return session
+    return replace(session, memory_budget_bytes=pool)
 
 
 async def _build_session(
@@ -171,9 +181,15 @@ async def run_task(
             consumer_buffer=state.config.consumer_buffer_batches,
             max_fanout_outputs=state.config.max_fanout_outputs,
             replayable=opened.request.replayable,
+            memory=state.memory.task(str(opened.key), opened.session.memory_budget_bytes),
         )
         if inbox is not None:
             task.ctx.extensions[FEED_INBOX_KEY] = inbox
+        try:
+            task.reserve_plan_data()
+        except BaseException:
+            task.ctx.memory.close()
+            raise
         state.registry.add(task)
         try:
             await accepted()
@@ -192,6 +208,7 @@ async def run_task(
                 task.cancel("coordinator channel closed")
             state.registry.remove(task, _outcome(task))
             tg.cancel_scope.cancel()
+            task.ctx.memory.close()
     return task
 
 
