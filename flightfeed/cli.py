@@ -4,6 +4,7 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--keepalive SECONDS] [--keepalive-timeout SECONDS]
                   [--handshake-timeout SECONDS] [--max-connections N]
                   [--plan-wait-timeout SECONDS] [--memory-limit SIZE]
+                  [--fanout-claim-timeout SECONDS]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
                   (--worker grpc://host:port ... | --local-workers N)
 flightfeed demo      the main job on an embedded default (see README)
@@ -51,6 +52,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         connections=connections,
         plan_wait_timeout=args.plan_wait_timeout,
         memory_limit=args.memory_limit,
+        fanout_claim_timeout=args.fanout_claim_timeout,
     )
 
 
@@ -207,6 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long an ExecuteTask waits for its task's plan "
         f"(default {WorkerConfig().plan_wait_timeout:g})",
+    )
+    worker.add_argument(
+        "--fanout-claim-timeout",
+        type=_positive_seconds,
+        default=WorkerConfig().fanout_claim_timeout,
+        metavar="SECONDS",
+        help="drop an output of a repartition or broadcast head that no consumer opened this "
+        f"long after the first (default {WorkerConfig().fanout_claim_timeout:g})",
     )
     worker.add_argument(
         "--memory-limit",

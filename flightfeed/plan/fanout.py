@@ -10,6 +10,10 @@ the full buffer of an output read later.
 A reader that leaves drops only its own output; once every output is closed the producer is
 cancelled. The producer never raises into the task group it runs in: a reader gets the items
 sent before the producer ended, then the end of its output, or the producer's error.
+
+An output nobody opens within `claim_timeout` of the first open is dropped, so it cannot hold
+the producer (and every other output) forever; opening it later fails, naming the timeout.
+Buffered items are reserved from the task's memory (`memory`) from send to receive.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .base import ExecutionPlan, TaskContext, closing
 from .expr import Expr
 from .functions import FunctionRegistry
 from .hash_partition import hash_partition
+from .memory import MemoryReservation
 from .offload import run_compute
 
 T = TypeVar("T")
@@ -39,27 +44,43 @@ Split: TypeAlias = Callable[[pa.RecordBatch], Sequence[pa.RecordBatch | None]]
 class FanoutSender(Generic[T]):
     """The producer's handle on the outputs."""
 
-    def __init__(self, streams: list[MemoryObjectSendStream[T] | None]) -> None:
+    def __init__(
+        self,
+        streams: list[MemoryObjectSendStream[tuple[T, int]] | None],
+        memory: MemoryReservation | None = None,
+    ) -> None:
         self._streams = streams  # shared with the Fanout, which clears an output's entry
+        self._memory = memory
 
     @property
     def outputs(self) -> int:
         return len(self._streams)
 
-    async def send(self, output: int, item: T) -> bool:
-        """Put `item` in one output, waiting while it is full.
+    async def send(self, output: int, item: T, nbytes: int = 0) -> bool:
+        """Put `item` in one output, waiting while it is full; `nbytes` of it are reserved
+        until its reader takes it.
 
         False when that output's reader has left: the item is discarded, and never waited for.
         """
         stream = self._streams[output]
         if stream is None:
             return False
+        if self._memory is not None:
+            self._memory.grow(nbytes)
         try:
-            await stream.send(item)
+            await stream.send((item, nbytes))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._streams[output] = None
+            self._release(nbytes)
             return False
+        except BaseException:
+            self._release(nbytes)
+            raise
         return True
+
+    def _release(self, nbytes: int) -> None:
+        if self._memory is not None:
+            self._memory.shrink(nbytes)
 
 
 Producer: TypeAlias = Callable[[FanoutSender[T]], Awaitable[None]]
@@ -82,33 +103,74 @@ class Fanout(Generic[T]):
         background: TaskGroup,
         *,
         name: str = "fanout",
+        claim_timeout: float | None = None,
+        memory: MemoryReservation | None = None,
     ) -> None:
         if outputs < 1 or buffer < 0:
             raise InvalidArgument(f"{name}: needs outputs >= 1 and buffer >= 0")
+        if claim_timeout is not None and claim_timeout <= 0:
+            raise InvalidArgument(f"{name}: claim_timeout must be positive")
         self.name = name
         self.outputs = outputs
         self.error: Exception | None = None
         self._produce = produce
         self._background = background
-        streams = [anyio.create_memory_object_stream[T](buffer) for _ in range(outputs)]
+        self._claim_timeout = claim_timeout
+        self._memory = memory
+        streams = [anyio.create_memory_object_stream[tuple[T, int]](buffer) for _ in range(outputs)]
         self._all_sends = [send for send, _ in streams]
-        self._sends: list[MemoryObjectSendStream[T] | None] = list(self._all_sends)
+        self._sends: list[MemoryObjectSendStream[tuple[T, int]] | None] = list(self._all_sends)
         self._receives = [receive for _, receive in streams]
         self._opened: set[int] = set()
         self._closed: set[int] = set()
+        self._expired: set[int] = set()
+        self._all_opened = anyio.Event()
         self._scope = anyio.CancelScope()
 
     def open(self, output: int) -> FanoutOutput[T]:
         """The reader of one output; close it (`closing`) when leaving early."""
         if not 0 <= output < self.outputs:
             raise InvalidArgument(f"{self.name}: no output {output} of {self.outputs}")
+        if output in self._expired:
+            raise Cancelled(
+                f"{self.name}: output {output} was not opened within {self._claim_timeout:g}s"
+                " of the first one, and was dropped so the other outputs could go on"
+            )
         if output in self._opened:
             raise InvalidArgument(f"{self.name}: output {output} was already opened")
         first = not self._opened
         self._opened.add(output)
+        if len(self._opened) == self.outputs:
+            self._all_opened.set()
         if first:
             self._background.start_soon(self._run, name=f"{self.name} producer")
+            if self._claim_timeout is not None and self.outputs > 1:
+                self._background.start_soon(self._expire_unclaimed, name=f"{self.name} claims")
         return FanoutOutput(self, output, self._receives[output])
+
+    async def _expire_unclaimed(self) -> None:
+        """Drop the outputs nobody opened in time (their buffers would stall the producer)."""
+        assert self._claim_timeout is not None
+        with anyio.move_on_after(self._claim_timeout):
+            await self._all_opened.wait()
+            return
+        for output in range(self.outputs):
+            if output not in self._opened:
+                self._expired.add(output)
+                self._drain(output)
+                self._receives[output].close()
+                self._leave(output)
+
+    def _drain(self, output: int) -> None:
+        """Free an output's buffered items (a closed memory stream keeps its buffer)."""
+        receive = self._receives[output]
+        while True:
+            try:
+                _, nbytes = receive.receive_nowait()
+            except (anyio.EndOfStream, anyio.WouldBlock, anyio.ClosedResourceError):
+                break
+            if self._memory is not None:
+                self._memory.shrink(nbytes)
 
     def _leave(self, output: int) -> None:
         self._sends[output] = None
@@ -121,7 +183,7 @@ class Fanout(Generic[T]):
         error: Exception | None = Cancelled(f"{self.name}: the producer was cancelled")
         try:
             with self._scope:
-                await self._produce(FanoutSender(self._sends))
+                await self._produce(FanoutSender(self._sends, self._memory))
             error = None  # finished, or stopped because every reader left
         except Exception as exc:
             error = exc
@@ -137,7 +199,7 @@ class FanoutOutput(AsyncIterator[T]):
     """One output's reader: its items, then its end or the producer's error."""
 
     def __init__(
-        self, fanout: Fanout[T], index: int, receive: MemoryObjectReceiveStream[T]
+        self, fanout: Fanout[T], index: int, receive: MemoryObjectReceiveStream[tuple[T, int]]
     ) -> None:
         self._fanout = fanout
         self._index = index
@@ -148,9 +210,14 @@ class FanoutOutput(AsyncIterator[T]):
         if self._closed:
             raise StopAsyncIteration
         try:
-            return await self._receive.receive()
+            item, nbytes = await self._receive.receive()
         except anyio.EndOfStream:
             pass
+        else:
+            memory = self._fanout._memory
+            if memory is not None:
+                memory.shrink(nbytes)
+            return item
         self._close()
         if self._fanout.error is not None:
             raise self._fanout.error
@@ -164,11 +231,7 @@ class FanoutOutput(AsyncIterator[T]):
             return
         self._closed = True
         self._fanout._leave(self._index)
-        while True:  # a closed memory stream keeps its buffer: free it now
-            try:
-                self._receive.receive_nowait()
-            except anyio.EndOfStream:
-                break
+        self._fanout._drain(self._index)
         self._receive.close()
 
 
@@ -206,6 +269,8 @@ async def _pump(
     async with closing(plan.execute(partition, ctx)) as stream:
         async for batch in stream:
             pieces = await run_compute(ctx, batch.nbytes, partial(split, batch))
+            shared = sum(piece is batch for piece in pieces)  # a broadcast sends one batch N times
             for output, piece in enumerate(pieces):
                 if piece is not None:
-                    await sender.send(output, piece)
+                    nbytes = -(-piece.nbytes // shared) if piece is batch else piece.nbytes
+                    await sender.send(output, piece, nbytes)

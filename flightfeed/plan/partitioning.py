@@ -13,8 +13,9 @@ from .expr import Expr
 from .expr_proto import expr_from_proto, expr_to_proto
 from .protobuf import parse_message
 
-MAX_PARTITIONS = 1 << 16
-"""More output partitions than this is a bug or an attack, not a plan."""
+MAX_PARTITIONS = 4096
+"""Each output partition of a repartition gets a buffer (and a stream at its reader): 65,536
+were accepted, and cost what 65,536 buffers cost. A worker's fan-out head has the same cap."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ class WorkerConfig:
     consumer_buffer_batches: per-consumer buffer of a fanned-out (repartition/broadcast) task.
     max_fanout_outputs: outputs a repartition or broadcast head may ask for (each output gets
         a buffer, and a broadcast sends every batch to each): more are RESOURCE_EXHAUSTED.
+    fanout_claim_timeout: an output of a repartition or broadcast head that no consumer opens
+        this long after the first one is dropped (its full buffer would stop the producer, and
+        with it every other output); a consumer that comes later gets an error.
     max_concurrent_tasks: SetPlans beyond this are refused with RESOURCE_EXHAUSTED.
     feed_credits: work units in flight per feed partition (the per-partition window).
     max_feed_partitions: feed partitions one task may declare (each gets its own queue and
@@ -40,6 +43,7 @@ class WorkerConfig:
     max_tombstones: int = 100_000
     consumer_buffer_batches: int = 4
     max_fanout_outputs: int = 4096
+    fanout_claim_timeout: float = 60.0
     max_concurrent_tasks: int = 1024
     feed_credits: int = 256
     max_feed_partitions: int = 4096
@@ -49,7 +53,7 @@ class WorkerConfig:
     memory_limit: int | None = field(default_factory=default_memory_limit)
 
     def __post_init__(self) -> None:
-        for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl"):
+        for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl", "fanout_claim_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"WorkerConfig.{name} must be positive")
         if (

@@ -65,11 +65,20 @@ class FanOutOutputs:
         partitions: int,
         buffer: int,
         split: Split,
+        claim_timeout: float | None = None,
     ) -> None:
         self.head = head
         self.partitions = partitions
         produce = split_producer(plan, ctx, split)
-        self._fanout = Fanout(partitions, buffer, produce, background, name=f"{head} head")
+        self._fanout = Fanout(
+            partitions,
+            buffer,
+            produce,
+            background,
+            name=f"{head} head",
+            claim_timeout=claim_timeout,
+            memory=ctx.memory.reservation(f"{head} head buffers"),
+        )
 
     def open(self, partition: int) -> AsyncIterator[pa.RecordBatch]:
         return self._fanout.open(partition)
@@ -90,8 +99,10 @@ def build_outputs(
     background: TaskGroup,
     buffer: int,
     max_outputs: int = 4096,
+    claim_timeout: float | None = None,
 ) -> Outputs:
-    """The outputs a consumer's producer head asks for (at most `max_outputs` fanned out)."""
+    """The outputs a consumer's producer head asks for (at most `max_outputs` fanned out; an
+    output nobody opens within `claim_timeout` of the first is dropped)."""
     if request.repartition is not None:
         try:
             partitioning: Partitioning = decode_partitioning(request.repartition.partitioning)
@@ -100,7 +111,9 @@ def build_outputs(
         count = partitioning.partition_count
         _check_outputs("repartition", count, max_outputs)
         split = hash_split(partitioning.hash_keys, count, ctx.session)
-        return FanOutOutputs("repartition", plan, ctx, background, count, buffer, split)
+        return FanOutOutputs(
+            "repartition", plan, ctx, background, count, buffer, split, claim_timeout
+        )
     if request.broadcast is not None:
         count = request.broadcast.output_partitions
         if count < 1:
@@ -110,5 +123,7 @@ def build_outputs(
         def copy_to_all(batch: pa.RecordBatch) -> list[pa.RecordBatch | None]:
             return [batch] * count
 
-        return FanOutOutputs("broadcast", plan, ctx, background, count, buffer, copy_to_all)
+        return FanOutOutputs(
+            "broadcast", plan, ctx, background, count, buffer, copy_to_all, claim_timeout
+        )
     return DirectOutputs(plan, ctx)

@@ -41,6 +41,7 @@ class Task:
         query_start_ns: int,
         consumer_buffer: int,
         max_fanout_outputs: int = 4096,
+        fanout_claim_timeout: float | None = None,
         replayable: bool = False,
         memory: TaskMemory | None = None,
     ) -> None:
@@ -64,6 +65,7 @@ class Task:
         self._background = background
         self._consumer_buffer = consumer_buffer
         self._max_fanout_outputs = max_fanout_outputs
+        self._fanout_claim_timeout = fanout_claim_timeout
         self.outputs: Outputs | None = None
         self.replayable = replayable
         self._claimed: set[int] = set()
@@ -103,6 +105,7 @@ class Task:
                 self._background,
                 self._consumer_buffer,
                 self._max_fanout_outputs,
+                self._fanout_claim_timeout,
             )
         head = _head_name(request)
         if head != self.outputs.head:

@@ -71,7 +71,10 @@ class Repartition(UnaryNode):
         def start() -> Fanout[pa.RecordBatch]:
             split = hash_split(self.partitioning.hash_keys, count, ctx.session)
             produce = split_producer(self.child, ctx, split)
-            return Fanout(count, OUTPUT_BUFFER_BATCHES, produce, background, name=self.name)
+            memory = ctx.memory.reservation(self.name)
+            return Fanout(
+                count, OUTPUT_BUFFER_BATCHES, produce, background, name=self.name, memory=memory
+            )
 
         fanout = ctx.node_state(self, start)
         async with closing(fanout.open(partition)) as output:

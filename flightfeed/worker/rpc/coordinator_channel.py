@@ -180,6 +180,7 @@ async def run_task(
             query_start_ns=opened.request.query_start_time_ns,
             consumer_buffer=state.config.consumer_buffer_batches,
             max_fanout_outputs=state.config.max_fanout_outputs,
+            fanout_claim_timeout=state.config.fanout_claim_timeout,
             replayable=opened.request.replayable,
             memory=state.memory.task(str(opened.key), opened.session.memory_budget_bytes),
         )

@@ -9,10 +9,12 @@ import uuid
 from collections.abc import Iterator
 
 import anyio
+import pyarrow as pa
 import pytest
 from anyio.abc import SocketStream
 from grpclib.const import Status
 from helpers.raw_h2 import CallAnswer, RawH2Client, grpc_message
+from helpers.worker_plans import broadcast_request, new_key, set_plan
 from helpers.worker_process import resident_bytes, worker_log, worker_process
 
 from flightfeed._generated.flightfeed.v1 import (
@@ -21,8 +23,9 @@ from flightfeed._generated.flightfeed.v1 import (
     SetPlanRequestWorkUnitFeedDeclaration,
     TaskKey,
 )
-from flightfeed.errors import RemoteError
+from flightfeed.errors import Cancelled, RemoteError
 from flightfeed.flight.client import parse_location
+from flightfeed.plan import MemoryScan
 from flightfeed.protocol import WorkerClient
 
 FLIGHT = "/arrow.flight.protocol.FlightService/"
@@ -223,3 +226,29 @@ async def test_fields_of_the_wrong_wire_type_are_invalid_arguments_naming_the_fi
         await client.aclose()
     assert answer.status == Status.INVALID_ARGUMENT.value, answer
     assert named in answer.message
+
+
+def test_an_output_nobody_claims_is_dropped_and_the_others_finish() -> None:
+    """A broadcast output that no consumer claimed blocked the other outputs forever: now it
+    is dropped after the claim timeout, the others get every row, and a late claim is told."""
+    plan = MemoryScan.from_table(pa.table({"k": list(range(50_000))}), batch_rows=1000)
+
+    async def scenario(location: str) -> None:
+        key = new_key()
+        async with WorkerClient(location) as client, client.open_task(set_plan(plan, key)):
+            tables: dict[int, pa.Table] = {}
+
+            async def consume(index: int) -> None:
+                async with client.execute_task(broadcast_request(key, index, 3)) as reader:
+                    tables[index] = await reader.read_all()
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(consume, 0)
+                    tg.start_soon(consume, 1)
+            assert [tables[i].num_rows for i in (0, 1)] == [50_000, 50_000]
+            with pytest.raises(Cancelled, match="output 2 was not opened within 1s"):
+                await consume(2)
+
+    with worker_process("--fanout-claim-timeout", "1") as (_, location):
+        anyio.run(scenario, location)

@@ -154,3 +154,29 @@ async def test_one_task_over_the_pool_fails_while_another_keeps_its_memory() -> 
     assert results["large"].startswith("Sort of task 0 asked for")
     assert "the worker's memory limit is 3.0 MiB" in results["large"]
     assert pool.reserved == 0
+
+
+@pytest.mark.anyio
+async def test_fanout_buffers_are_reserved_until_read_and_a_broadcast_counts_once() -> None:
+    from flightfeed.plan.fanout import Fanout, FanoutSender
+
+    pool = MemoryPool(None)
+    held = pool.task("t").reservation("broadcast head buffers")
+    batch = pa.record_batch({"k": list(range(1000))})
+    sent = anyio.Event()
+
+    async def produce(sender: FanoutSender[pa.RecordBatch]) -> None:
+        for output in range(4):
+            await sender.send(output, batch, -(-batch.nbytes // 4))
+        sent.set()
+
+    async with anyio.create_task_group() as tg:
+        fanout = Fanout(4, 2, produce, tg, memory=held)
+        outputs = [fanout.open(i) for i in range(4)]
+        await sent.wait()
+        assert batch.nbytes <= held.size < batch.nbytes + 4  # one batch, shared by four
+        for output in outputs[:3]:
+            assert await anext(output) is batch
+        assert 0 < held.size <= -(-batch.nbytes // 4)
+        await outputs[3].aclose()  # leaving drops (and frees) what was buffered for it
+    assert held.size == 0
