@@ -150,8 +150,11 @@ def test_beyond_max_connections_new_ones_are_refused_and_open_ones_served() -> N
             (extra,) = await _silent_connections(location, 1)
             with anyio.fail_after(5):
                 assert await _closed_by_peer(extra)
-            # flightfeed's own client says what happened (it failed with an AttributeError)
-            with pytest.raises(RemoteError, match=f"cannot reach {location}: the server closed"):
+            # flightfeed's own client says what happened (it failed with an AttributeError).
+            # Under load the refusal can land after the client sent its preface: then it is the
+            # call's connection that is lost, still a RemoteError and never an AttributeError.
+            refused_message = f"cannot reach {location}: the server closed|Connection lost"
+            with pytest.raises(RemoteError, match=refused_message):
                 async with WorkerClient(location) as refused:
                     await refused.worker_info()
             for client in clients:  # the four admitted keep being served
