@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import subprocess
@@ -50,8 +51,16 @@ class ServerProcess:
 def worker_process(session_builder: str) -> Iterator[str]:
     """A `flightfeed worker --port 0` in its own process, with `session_builder`
     (pkg.module:attr); yields its URL."""
+    with worker_process_pid(session_builder) as (url, _):
+        yield url
+
+
+@contextmanager
+def worker_process_pid(session_builder: str, *extra: str) -> Iterator[tuple[str, int]]:
+    """`worker_process`, yielding the URL and the process id (for its CPU time and memory);
+    `extra` goes to `flightfeed worker`."""
     command = [sys.executable, "-m", "flightfeed.cli", "--log-level", "WARNING", "worker"]
-    command += ["--port", "0", "--session-builder", session_builder]
+    command += ["--port", "0", "--session-builder", session_builder, *extra]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -59,7 +68,14 @@ def worker_process(session_builder: str) -> Iterator[str]:
         found = re.search(r"listening on (\S+)", line)
         if found is None:
             raise RuntimeError(f"worker failed to start: {line!r}")
-        yield found.group(1)
+        yield found.group(1), proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far, every thread included (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

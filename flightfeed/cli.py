@@ -5,6 +5,8 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--handshake-timeout SECONDS] [--max-connections N]
                   [--plan-wait-timeout SECONDS] [--memory-limit SIZE]
                   [--fanout-claim-timeout SECONDS]
+                  [--max-header-list-size BYTES] [--min-receive-rate BYTES_PER_SECOND]
+                  [--receive-grace SECONDS] [--idle-timeout SECONDS]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
                   (--worker grpc://host:port ... | --local-workers N)
 flightfeed demo      the main job on an embedded default (see README)
@@ -22,9 +24,14 @@ from collections.abc import Sequence
 import anyio
 
 from ._version import __version__
+from .coordinator.admission import DEFAULT_MAX_CONCURRENT_QUERIES
 from .errors import FlightfeedError, InvalidArgument
 from .flight.connection_limits import (
     DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_HEADER_LIST_SIZE,
+    DEFAULT_MIN_RECEIVE_RATE,
+    DEFAULT_RECEIVE_GRACE,
     ConnectionLimits,
     default_max_connections,
 )
@@ -46,6 +53,10 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
     connections = ConnectionLimits(
         handshake_timeout=args.handshake_timeout or None,
         max_connections=args.max_connections or default_max_connections(),
+        max_header_list_size=args.max_header_list_size,
+        min_receive_rate=args.min_receive_rate or None,
+        receive_grace=args.receive_grace,
+        idle_timeout=args.idle_timeout or None,
     )
     return WorkerConfig(
         keepalive=keepalive,
@@ -97,6 +108,8 @@ def _coordinator(args: argparse.Namespace) -> int:
                 host=args.host,
                 port=args.port,
                 ttl=args.query_ttl,
+                max_concurrent_queries=args.max_concurrent_queries or None,
+                max_queued_queries=args.max_queued_queries,
             ) as cluster:
                 tables = ", ".join(sorted(catalog.tables)) or "no tables"
                 print(
@@ -153,6 +166,23 @@ def _non_negative_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _header_list_size(text: str) -> int:
+    value = _non_negative_count(text)
+    if value < 1024:
+        raise argparse.ArgumentTypeError(f"must be at least 1024 bytes, got {text}")
+    return value
+
+
+def _non_negative_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be bytes per second, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more bytes per second, got {text}")
     return value
 
 
@@ -242,6 +272,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="connections served at once; more are closed on arrival (default or 0: half the "
         "open-files limit)",
     )
+    worker.add_argument(
+        "--max-header-list-size",
+        type=_header_list_size,
+        default=DEFAULT_MAX_HEADER_LIST_SIZE,
+        metavar="BYTES",
+        help="largest request header block; a connection sending a larger one is closed "
+        f"(default {DEFAULT_MAX_HEADER_LIST_SIZE})",
+    )
+    worker.add_argument(
+        "--min-receive-rate",
+        type=_non_negative_rate,
+        default=DEFAULT_MIN_RECEIVE_RATE,
+        metavar="BYTES_PER_SECOND",
+        help="a request message, frame or header block that started arriving must keep coming "
+        "at this rate once --receive-grace is over: a slower call is ended, a slower frame "
+        f"closes its connection (default {DEFAULT_MIN_RECEIVE_RATE:g}; 0 = no minimum)",
+    )
+    worker.add_argument(
+        "--receive-grace",
+        type=_positive_seconds,
+        default=DEFAULT_RECEIVE_GRACE,
+        metavar="SECONDS",
+        help="time anything that started arriving gets before --min-receive-rate counts "
+        f"(default {DEFAULT_RECEIVE_GRACE:g})",
+    )
+    worker.add_argument(
+        "--idle-timeout",
+        type=_non_negative_seconds,
+        default=DEFAULT_IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help="close a connection without calls for this long; clients reconnect "
+        f"(default {DEFAULT_IDLE_TIMEOUT:g}; 0 = never)",
+    )
     worker.set_defaults(func=_worker)
 
     coordinator = commands.add_parser(
@@ -276,6 +339,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=300.0,
         metavar="SECONDS",
         help="release a query nobody read for this long (default 300)",
+    )
+    coordinator.add_argument(
+        "--max-concurrent-queries",
+        type=_non_negative_count,
+        default=DEFAULT_MAX_CONCURRENT_QUERIES,
+        metavar="N",
+        help="queries run at once; the others wait in a queue (default "
+        f"{DEFAULT_MAX_CONCURRENT_QUERIES}; 0 = no limit)",
+    )
+    coordinator.add_argument(
+        "--max-queued-queries",
+        type=_non_negative_count,
+        default=None,
+        metavar="N",
+        help="queries that may wait for admission; more are refused with RESOURCE_EXHAUSTED "
+        "(default: no limit)",
     )
     coordinator.set_defaults(func=_coordinator)
 

@@ -1,4 +1,5 @@
-"""ChannelResolver: one WorkerChannel per worker URL (over gRPC: one HTTP/2 connection).
+"""ChannelResolver: one WorkerChannel per worker URL (over gRPC: a pool of HTTP/2 connections,
+one until the calls open at once exceed the worker's stream limit).
 
 Every task channel and ExecuteTask of every query to a worker shares its channel for the
 resolver's lifetime; `inproc://` workers of this process get an in-process channel. A worker is

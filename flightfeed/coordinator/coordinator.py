@@ -15,7 +15,7 @@ as the FeedError its partition's consumer raised.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import AsyncExitStack, suppress
 from types import TracebackType
 from typing import Any, Final, TypeAlias
@@ -34,6 +34,7 @@ from ..plan.metrics import MetricsRegistry, instrument
 from ..plan.nodes import Coalesce
 from ..protocol import TaskKey, WorkUnit
 from ..session import Session, SessionStateBuilder
+from .admission import DEFAULT_MAX_CONCURRENT_QUERIES, Admission
 from .channels import ChannelResolver
 from .display import format_distributed_plan
 from .estimator import EstimatorKey, TaskEstimator, TaskEstimators
@@ -59,6 +60,8 @@ class _Handle:
     the stream lets the generator be finalized, which cancels the query)."""
 
     runtime: QueryRuntime | None = None
+    metrics: QueryMetrics | None = None
+    """The query's metrics from the moment it asked for admission."""
 
 
 class QueryStream:
@@ -79,9 +82,9 @@ class QueryStream:
 
     @property
     def metrics(self) -> QueryMetrics | None:
-        """The query's metrics (live while it runs); None before it started."""
-        runtime = self._handle.runtime
-        return runtime.metrics if runtime is not None else None
+        """The query's metrics (live while it runs, status "queued" while it waits for
+        admission); None before the first batch was asked for."""
+        return self._handle.metrics
 
     def delivery_log(self, feed_id: bytes, partition: int) -> list[WorkUnit]:
         """Units sent so far for a global feed partition (see QueryRuntime.delivery_log)."""
@@ -131,7 +134,12 @@ class Coordinator:
         keep_delivery_log: bool = True,
         delivery_log_limit: int | None = None,
         metrics: MetricsStore | None = None,
+        max_concurrent_queries: int | None = DEFAULT_MAX_CONCURRENT_QUERIES,
+        max_queued_queries: int | None = None,
     ) -> None:
+        """`max_concurrent_queries` run at once (None: no limit), held ones included; the
+        others wait in a queue of at most `max_queued_queries` (None: unbounded), and a query
+        arriving at a full queue fails with ResourceExhausted (see admission.py)."""
         self.resolver = resolver
         self.session = session if session is not None else SessionStateBuilder().build()
         self.codecs = codecs if codecs is not None else self.session.codecs
@@ -151,6 +159,8 @@ class Coordinator:
             delivery_log_limit=delivery_log_limit or defaults.delivery_log_limit,
         )
         self.metrics = metrics if metrics is not None else MetricsStore()
+        self.admission = Admission(max_concurrent_queries, max_queued_queries)
+        """Running and queued queries (`admission.running`, `admission.queued`)."""
         self.streams = StreamRegistry(feed_registry, self.session)
         """Tables read as streams (streams.py): their providers run while they are open."""
         self._tg: TaskGroup | None = None
@@ -215,33 +225,61 @@ class Coordinator:
     ) -> AsyncGenerator[pa.RecordBatch, None]:
         if self._tg is None:
             raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
-        runtime, root = await self._prepare(plan, query_id, headers)
-        tg = self._tg
-        if tg is None:
-            raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
-        handle.runtime = runtime
-        send, receive = anyio.create_memory_object_stream[_Item](RESULT_BUFFER_BATCHES)
-        await tg.start(self._run_query, runtime, root, send)
+        metrics = handle.metrics = self._queued(query_id)
+        await self._admit(metrics)
         try:
-            async with receive:
-                async for item in receive:
-                    if isinstance(item, Exception):
-                        raise item
-                    yield item
-            if not runtime.completed:  # stopped from outside, not by the caller: no silent end
+            try:
+                runtime, root = await self._prepare(plan, query_id, headers, metrics)
+            except BaseException as exc:
+                _finish_unstarted(metrics, exc)
+                raise
+            tg = self._tg
+            if tg is None:
                 raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
+            handle.runtime = runtime
+            send, receive = anyio.create_memory_object_stream[_Item](RESULT_BUFFER_BATCHES)
+            await tg.start(self._run_query, runtime, root, send)
+            try:
+                async with receive:
+                    async for item in receive:
+                        if isinstance(item, Exception):
+                            raise item
+                        yield item
+                if not runtime.completed:  # stopped from outside, not by the caller
+                    raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
+            finally:
+                runtime.cancel()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT):
+                    await runtime.finished.wait()
         finally:
-            runtime.cancel()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT):
-                await runtime.finished.wait()
+            self.admission.release()
+
+    def _queued(self, query_id: bytes) -> QueryMetrics:
+        """A new query's metrics, in the store from the start: "queued" until admitted."""
+        metrics = QueryMetrics(query_id, status="queued")
+        self.metrics.add(metrics)
+        return metrics
+
+    async def _admit(self, metrics: QueryMetrics) -> None:
+        """Wait for an admission slot (the metrics say "queued" meanwhile)."""
+        try:
+            await self.admission.acquire()
+        except BaseException as exc:
+            _finish_unstarted(metrics, exc)
+            raise
+        metrics.admitted()
 
     async def _prepare(
-        self, plan: ExecutionPlan, query_id: bytes, headers: Mapping[str, str]
+        self,
+        plan: ExecutionPlan,
+        query_id: bytes,
+        headers: Mapping[str, str],
+        metrics: QueryMetrics,
     ) -> tuple[QueryRuntime, ExecutionPlan]:
         """Plan, assign tasks round-robin and connect (version-checked) to their workers."""
         workers = await self.resolver.workers()
         distributed = self.planner.plan(plan, len(workers))
-        runtime = await self._runtime(distributed, workers, query_id, headers)
+        runtime = await self._runtime(distributed, workers, query_id, headers, metrics)
         return runtime, distributed.root
 
     async def _runtime(
@@ -250,12 +288,12 @@ class Coordinator:
         workers: list[str],
         query_id: bytes,
         headers: Mapping[str, str],
+        metrics: QueryMetrics,
         *,
         replayable: bool = False,
     ) -> QueryRuntime:
         """The query's runtime: its tasks assigned round-robin, with their workers' channels
         (version-checked) and their encoded plans."""
-        metrics = QueryMetrics(query_id)
         runtime = QueryRuntime(query_id, metrics, headers=headers, replayable=replayable)
         if distributed.stages:
             if not workers:
@@ -279,7 +317,6 @@ class Coordinator:
                         feed_partitions={f: list(a.partitions) for f, a in task.feeds.items()},
                     )
                     runtime.add(TaskRun(stage, task, key, url, channels[url], plan_proto, record))
-        self.metrics.add(metrics)
         return runtime
 
     async def hold(
@@ -296,23 +333,49 @@ class Coordinator:
         serve some of the plan's feeds (by feed id) instead of their own (a stream's slice)."""
         if self._tg is None:
             raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
+        query_id = uuid.uuid4().bytes
+        metrics = self._queued(query_id)
+        await self._admit(metrics)  # the slot is held until the query is released
+        release = _Once(self.admission.release)
+        try:
+            runtime, distributed = await self._held_runtime(
+                plan, query_id, {**self.headers, **(headers or {})}, metrics, providers
+            )
+        except BaseException as exc:
+            _finish_unstarted(metrics, exc)
+            release()
+            raise
+        held = HeldQuery(runtime, distributed.stages[0], ttl=ttl, grace=grace)
+        try:
+            await self._tg.start(self._run_held, held, release)
+        except RuntimeError:  # it ended before every task had its plan: say why
+            if runtime.failure is not None:
+                raise runtime.failure from None
+            raise
+        finally:
+            if runtime.finished.is_set():
+                release()  # (a held query that never ran has nothing else to release it)
+        return held
+
+    async def _held_runtime(
+        self,
+        plan: ExecutionPlan,
+        query_id: bytes,
+        headers: Mapping[str, str],
+        metrics: QueryMetrics,
+        providers: Mapping[bytes, WorkUnitFeedProvider[Any]] | None,
+    ) -> tuple[QueryRuntime, DistributedPlan]:
+        """A held query's plan, all of it on the workers, and its runtime."""
         workers = await self.resolver.workers()
         if not workers:
             raise NotFound("the worker resolver returned no workers to hold a query on")
         distributed = self.planner.plan_on_workers(plan, len(workers))
         if providers:
             distributed = distributed.with_providers(providers)
-        query_id = uuid.uuid4().bytes
-        merged = {**self.headers, **(headers or {})}
-        runtime = await self._runtime(distributed, workers, query_id, merged, replayable=True)
-        held = HeldQuery(runtime, distributed.stages[0], ttl=ttl, grace=grace)
-        try:
-            await self._tg.start(self._run_held, held)
-        except RuntimeError:  # it ended before every task had its plan: say why
-            if runtime.failure is not None:
-                raise runtime.failure from None
-            raise
-        return held
+        runtime = await self._runtime(
+            distributed, workers, query_id, headers, metrics, replayable=True
+        )
+        return runtime, distributed
 
     def open_stream(
         self, key: str, plan: ExecutionPlan, *, max_backlog: int = DEFAULT_MAX_BACKLOG
@@ -323,7 +386,11 @@ class Coordinator:
         return self.streams.open(key, plan, self._tg, max_backlog=max_backlog)
 
     async def _run_held(
-        self, held: HeldQuery, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self,
+        held: HeldQuery,
+        release: Callable[[], None],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """A held query's task group: its task runners and its release watch."""
         runtime = held.runtime
@@ -340,6 +407,7 @@ class Coordinator:
         finally:
             held.release()
             runtime.finish()
+            release()
 
     def _start_tasks(self, tg: TaskGroup, runtime: QueryRuntime) -> None:
         """A runner for each of the query's tasks, in `tg`."""
@@ -393,3 +461,23 @@ class Coordinator:
 
     def __repr__(self) -> str:
         return f"Coordinator({self.resolver!r})"
+
+
+class _Once:
+    """A callable that calls `fn` the first time only (an admission slot is released once)."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn: Callable[[], None] | None = fn
+
+    def __call__(self) -> None:
+        fn, self._fn = self._fn, None
+        if fn is not None:
+            fn()
+
+
+def _finish_unstarted(metrics: QueryMetrics, exc: BaseException) -> None:
+    """The metrics of a query that ended before it ran (queue full, cancelled, no workers)."""
+    if isinstance(exc, Exception):
+        metrics.finish("failed", exc)
+    else:
+        metrics.finish("cancelled")

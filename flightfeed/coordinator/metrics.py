@@ -117,7 +117,8 @@ class TaskRecord:
 
 @dataclass(eq=False)
 class QueryMetrics:
-    """Everything measured for one query."""
+    """Everything measured for one query. `status` is queued, running, finished, failed or
+    cancelled."""
 
     query_id: bytes
     started_ns: int = field(default_factory=time.time_ns)
@@ -127,7 +128,21 @@ class QueryMetrics:
     tasks: dict[tuple[int, int], TaskRecord] = field(default_factory=dict)
     coordinator_nodes: list[NodeMetrics] = field(default_factory=list)
     """Pre-order metrics of the plan part that ran on the coordinator."""
+    admitted_ns: int | None = None
+    """When the coordinator admitted the query (see admission.py); None while it is queued."""
     _done: anyio.Event = field(default_factory=anyio.Event, repr=False)
+
+    @property
+    def admission_wait(self) -> float:
+        """Seconds the query waited for admission (so far, while it is still queued)."""
+        until = self.admitted_ns if self.admitted_ns is not None else time.time_ns()
+        return (until - self.started_ns) / 1e9
+
+    def admitted(self) -> None:
+        """The query leaves the admission queue and starts running."""
+        self.admitted_ns = time.time_ns()
+        if self.status == "queued":
+            self.status = "running"
 
     def task(self, stage_id: int, task_number: int) -> TaskRecord:
         return self.tasks[(stage_id, task_number)]

@@ -198,7 +198,8 @@ class DoGetCall:
 
 
 class FlightClient:
-    """Async client for one Flight server; one HTTP/2 connection, many concurrent calls.
+    """Async client for one Flight server: any number of concurrent calls, over one HTTP/2
+    connection while they fit the server's stream limit and a pool of them beyond it.
 
     `keepalive` pings a connection whose calls have gone quiet and fails those calls when the
     server stopped answering (off by default, as in gRPC: grpc-core servers limit pings).
@@ -222,6 +223,12 @@ class FlightClient:
         self.timeout = timeout
         self.errors = errors
         self._channel = GrpcChannel(self.host, self.port, keepalive=keepalive)
+
+    @property
+    def connections(self) -> int:
+        """HTTP/2 connections open to the server: one, plus one more for every
+        SETTINGS_MAX_CONCURRENT_STREAMS calls open at once (see pool.py)."""
+        return len(self._channel.connections)
 
     async def close(self) -> None:
         self._channel.close()

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import suppress
 from typing import Any, TypeVar
 
 import betterproto2
@@ -15,25 +16,35 @@ import grpclib.client
 import grpclib.server
 from grpclib.const import Status
 from grpclib.encoding.base import CodecBase
-from grpclib.protocol import H2Protocol
+from grpclib.protocol import EventsProcessor, H2Protocol
+from grpclib.protocol import Stream as H2Stream
+from h2.errors import ErrorCodes
+from h2.exceptions import ProtocolError
+from hyperframe.frame import GoAwayFrame
 
 from ..errors import ResourceExhausted
 from ..messages import parse_strict
+from .connection_guard import ConnectionGuard
 from .connection_limits import ConnectionCount, ConnectionLimits
 from .h2buffer import install as install_streaming_buffer
 from .internals import (
     ChannelBase,
     ServerBase,
+    end_call,
     preface_pending,
     protocol_h2_connection,
     protocol_transport,
 )
 from .keepalive import KeepalivePolicy, KeepaliveTimer
+from .log_limit import RateLimitedLogger, limit_logger
+from .pool import DEFAULT_MAX_CONNECTIONS, ConnectionPool
 from .request_headers import refusal
-from .tuning import advertise_max_frame_size, apply_process_tuning, grpc_config
+from .tuning import advertise_settings, apply_process_tuning, grpc_config
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
 log = logging.getLogger(__name__)
+limited_log = RateLimitedLogger(log)
+"""Lines any client can cause: one per event, rate-limited by kind (log_limit.py)."""
 M = TypeVar("M", bound=betterproto2.Message)
 
 
@@ -74,11 +85,44 @@ def parse_message(data: bytes, message_type: type[M], max_message_size: int) -> 
 
 WRITE_BUFFER_HIGH = 16 * 1024 * 1024
 WRITE_BUFFER_LOW = 4 * 1024 * 1024
+LINGER = 2.0
+"""Seconds a connection closed with GOAWAY keeps reading (to drop) so the peer gets the GOAWAY."""
+MAX_GOAWAY_DEBUG = 1024
+
+
+def _peer(transport: Any) -> str:
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer or "an unknown peer")
+
+
+class _CallsProcessor(EventsProcessor):
+    """grpclib's events processor, telling a connection's guard when a call opens and when
+    its handler is done with it (what the idle timeout and the receive rate go by)."""
+
+    def __init__(self, handler: Any, connection: Any, guard: ConnectionGuard) -> None:
+        super().__init__(handler, connection)
+        self._guard = guard
+
+    def register(self, stream: H2Stream) -> Callable[[], None]:
+        release = super().register(stream)
+        stream_id = stream.id
+        assert stream_id is not None
+        self._guard.call_opened(stream_id)
+
+        def release_stream() -> None:
+            release()
+            self._guard.call_closed(stream_id)
+
+        return release_stream
 
 
 class TunedH2Protocol(H2Protocol):
     """grpclib's protocol, advertising a 4 MiB max frame once the connection is up, with
-    optional keepalive (see keepalive.py)."""
+    optional keepalive (see keepalive.py). A server's connections also get `limits`: header
+    blocks bounded while they arrive (h2buffer.py), a minimum receive rate and an idle timeout
+    (connection_guard.py). A connection closed for cause gets a GOAWAY saying why."""
 
     def __init__(
         self,
@@ -86,11 +130,15 @@ class TunedH2Protocol(H2Protocol):
         keepalive: KeepalivePolicy | None = None,
         handshake_timeout: float | None = None,
         connections: ConnectionCount | None = None,
+        limits: ConnectionLimits | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._keepalive_policy = keepalive
         self.keepalive: KeepaliveTimer | None = None
+        self._limits = limits
+        self.guard: ConnectionGuard | None = None
+        self._linger: asyncio.TimerHandle | None = None
         self._lost_reason: str | None = None
         self._handshake_timeout = handshake_timeout
         self._handshake_timer: asyncio.TimerHandle | None = None
@@ -100,11 +148,15 @@ class TunedH2Protocol(H2Protocol):
     def connection_made(self, transport: Any) -> None:
         if self._connections is not None:
             if not self._connections.admit():
-                peer = transport.get_extra_info("peername")
-                log.debug(
-                    "refused a connection from %s: %d are open", peer, self._connections.limit
+                peer = _peer(transport)
+                transport.abort()  # first: the client is told at once
+                limited_log.log(
+                    "max connections",
+                    logging.WARNING,
+                    "refused a connection from %s: %d are open, the most this server holds",
+                    peer,
+                    self._connections.limit,
                 )
-                transport.abort()
                 return
             self._admitted = True
         super().connection_made(transport)
@@ -116,8 +168,10 @@ class TunedH2Protocol(H2Protocol):
         # event loop comes back to refill; grpclib pauses writers above the high mark.
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         h2_connection = protocol_h2_connection(self)
-        install_streaming_buffer(h2_connection)
-        advertise_max_frame_size(h2_connection)
+        limits = self._limits
+        max_header_list_size = limits.max_header_list_size if limits is not None else None
+        frames = install_streaming_buffer(h2_connection, max_header_list_size)
+        advertise_settings(h2_connection, max_header_list_size)
         self.connection.flush()
         if self._keepalive_policy is not None:
             self.keepalive = KeepaliveTimer(
@@ -126,11 +180,43 @@ class TunedH2Protocol(H2Protocol):
                 has_open_calls=lambda: bool(self.processor.streams),
                 expire=self._presume_dead,
             )
+        if limits is not None:
+            loop = asyncio.get_running_loop()
+            self.guard = ConnectionGuard(
+                limits,
+                windows=h2_connection,
+                unfinished=frames.unfinished,
+                write_pending=transport.get_write_buffer_size,
+                fail_call=self._fail_call,
+                close=self._guard_close,
+                now=loop.time,
+                call_at=loop.call_at,
+            )
+            self.processor = _CallsProcessor(self.handler, self.connection, self.guard)
 
     def data_received(self, data: bytes) -> None:
+        # grpclib's own, except that a protocol error is answered with a GOAWAY saying why
+        # (grpclib closes without one and logs a traceback) and that the guard sees the data.
+        if self._linger is not None:
+            return  # closing: read only to be dropped (see _close)
         if self.keepalive is not None:
             self.keepalive.heard()
-        super().data_received(data)
+        try:
+            events = self.connection.feed(data)
+        except ProtocolError as exc:
+            self._close(
+                f"HTTP/2 protocol error: {exc}",
+                ErrorCodes(exc.error_code),
+                category="protocol error",
+                after_error=True,
+            )
+            return
+        self.connection.flush()
+        for event in events:
+            self.processor.process(event)
+        self.connection.flush()
+        if self.guard is not None and not self.connection.is_closing():
+            self.guard.received(len(data), events)
         if self._handshake_timer is not None and not preface_pending(protocol_h2_connection(self)):
             self._handshake_timer.cancel()
             self._handshake_timer = None
@@ -144,6 +230,10 @@ class TunedH2Protocol(H2Protocol):
             self._handshake_timer.cancel()
         if self.keepalive is not None:
             self.keepalive.stop()
+        if self.guard is not None:
+            self.guard.stop()
+        if self._linger is not None:
+            self._linger.cancel()
         if self._lost_reason is not None:
             self.processor.close(reason=self._lost_reason)  # calls fail with the real cause
         else:
@@ -157,24 +247,108 @@ class TunedH2Protocol(H2Protocol):
         self._handshake_timer = None
         self._presume_dead(
             f"no HTTP/2 preface within {self._handshake_timeout:g} s of connecting",
-            level=logging.DEBUG,
+            level=logging.INFO,
         )
 
     def _presume_dead(self, reason: str, level: int = logging.WARNING) -> None:
         transport = protocol_transport(self)
         if transport is None:  # already closing
             return
-        peer = transport.get_extra_info("peername")
-        log.log(level, "dropping the connection to %s: %s", peer, reason)
-        self._lost_reason = f"{reason} (peer {peer})" if peer else reason
+        peer = _peer(transport)
+        limited_log.log(
+            ("dropped", level), level, "dropping the connection to %s: %s", peer, reason
+        )
+        self._lost_reason = f"{reason} (peer {peer})"
+        if self.guard is not None:
+            self.guard.stop()
         transport.abort()  # close() would wait to flush towards a peer that reads nothing
+
+    def _fail_call(self, stream_id: int, reason: str) -> None:
+        """The guard's verdict on one call: RESOURCE_EXHAUSTED, reset, handler cancelled."""
+        transport = protocol_transport(self)
+        if transport is None:
+            return
+        limited_log.log(
+            "call ended", logging.INFO, "ended a call from %s: %s", _peer(transport), reason
+        )
+        end_call(protocol_h2_connection(self), stream_id, Status.RESOURCE_EXHAUSTED, reason)
+        self.connection.flush()
+        stream = self.processor.streams.get(stream_id)
+        if stream is not None:
+            self.handler.cancel(stream)
+
+    def _guard_close(self, reason: str, error_code: ErrorCodes) -> None:
+        if error_code == ErrorCodes.NO_ERROR:  # idle: routine, not the peer's fault
+            self._close(reason, error_code, category="idle", level=logging.DEBUG)
+        else:
+            self._close(reason, error_code, category="too slow")
+
+    def _close(
+        self,
+        reason: str,
+        error_code: ErrorCodes,
+        *,
+        category: str,
+        level: int = logging.INFO,
+        after_error: bool = False,
+    ) -> None:
+        """Send GOAWAY with `reason` as its debug data (clients such as grpc-core show it) and
+        close the connection; its calls fail with `reason`. `after_error`: h2 raised a protocol
+        error and queued a GOAWAY of its own, without the reason, which this one replaces."""
+        transport = protocol_transport(self)
+        if transport is None or self._linger is not None:  # already closing
+            return
+        h2_connection = protocol_h2_connection(self)
+        debug = reason.encode()[:MAX_GOAWAY_DEBUG]
+        if after_error:
+            h2_connection.data_to_send()  # h2's GOAWAY; its state machine allows no other
+            goaway = GoAwayFrame(
+                0,
+                last_stream_id=h2_connection.highest_inbound_stream_id,
+                error_code=error_code,
+                additional_data=debug,
+            )
+            transport.write(goaway.serialize())
+        else:
+            with suppress(ProtocolError):  # h2 is past sending one
+                h2_connection.close_connection(error_code, additional_data=debug)
+            self.connection.flush()
+        peer = _peer(transport)
+        limited_log.log(category, level, "closing the connection from %s: %s", peer, reason)
+        self._lost_reason = f"{reason} (peer {peer})"
+        if self.guard is not None:
+            self.guard.stop()
+        if transport.get_write_buffer_size():
+            transport.abort()  # a peer that reads nothing must not keep it open
+        elif self._limits is None:
+            transport.close()  # a client's connection: nobody waits for the GOAWAY
+        else:
+            self._linger_after_goaway(transport)
+
+    def _linger_after_goaway(self, transport: Any) -> None:
+        """Read on rather than close: closing with bytes unread makes the kernel answer with
+        RST, which can cost the peer our GOAWAY. The peer closes once it has read it; one that
+        does not is cut off after LINGER seconds. The calls end now, by cancellation (grpclib's
+        StreamTerminatedError would have them send trailers on a connection h2 has closed)."""
+        self._linger = asyncio.get_running_loop().call_later(LINGER, transport.abort)
+        if self.keepalive is not None:
+            self.keepalive.stop()
+        self.handler.close()
 
 
 def _refused(headers: Iterable[tuple[str, str]]) -> tuple[Status, str] | None:
+    headers = list(headers)
     found = refusal(headers)
     if found is None:
         return None
-    log.debug("refused a call: %s", found.message)
+    path = next((value for name, value in headers if name == ":path"), "")
+    limited_log.log(  # by status: paths are the client's to choose, categories must be few
+        ("refused", found.status),
+        logging.INFO,
+        "refused a call to %r: %s",
+        path[:128],
+        found.message,
+    )
     return found.status, found.message
 
 
@@ -200,6 +374,7 @@ class GrpcServer(ServerBase):
         self.keepalive = keepalive
         self.limits = limits or ConnectionLimits()
         self.connections = ConnectionCount(self.limits.max_connections)
+        limit_logger("grpclib.server")  # its line per cancelled call, say
 
     def make_protocol(self, handler: grpclib.server.Handler, config: Any, h2_config: Any) -> Any:
         return TunedH2Protocol(
@@ -209,18 +384,39 @@ class GrpcServer(ServerBase):
             keepalive=self.keepalive,
             handshake_timeout=self.limits.handshake_timeout,
             connections=self.connections,
+            limits=self.limits,
         )
 
 
 class GrpcChannel(ChannelBase):
-    """grpclib Channel with flightfeed's codec, windows, frame size and keepalive."""
+    """grpclib Channel with flightfeed's codec, windows, frame size and keepalive, over a pool
+    of connections (pool.py): as many calls at once as the caller makes."""
 
     def __init__(
-        self, host: str, port: int, *, ssl: Any = None, keepalive: KeepalivePolicy | None = None
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl: Any = None,
+        keepalive: KeepalivePolicy | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         apply_process_tuning()
         super().__init__(host, port, codec=MessageCodec(), config=grpc_config(), ssl=ssl)
         self.keepalive = keepalive
+        self.pool = ConnectionPool(self.new_connection, max_connections=max_connections)
+
+    @property
+    def connections(self) -> list[H2Protocol]:
+        """The open connections, oldest first."""
+        return self.pool.connections
+
+    async def connection_for_call(self) -> H2Protocol:
+        return await self.pool.acquire()
+
+    def close(self) -> None:
+        self.pool.close()
+        super().close()
 
     def make_protocol(self, handler: grpclib.client.Handler, config: Any, h2_config: Any) -> Any:
         return TunedH2Protocol(handler, config, h2_config, keepalive=self.keepalive)

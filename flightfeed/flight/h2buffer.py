@@ -6,6 +6,13 @@ receive cost. `StreamingFrameBuffer` hands a large DATA frame to h2 as a run of 
 frames whose payloads are views of the chunks the transport delivered. For h2 that is the same
 thing: flow control counts payload bytes, END_STREAM rides on the last piece, and grpclib
 reassembles messages across DATA frames anyway, with the one copy it always makes.
+
+It also bounds a header block while it arrives. h2 buffers HEADERS and up to 64 CONTINUATION
+frames whole before its HPACK decoder measures the list: with 4 MiB frames that is 256 MiB per
+connection (a 240 MB block grew a worker to 1.5 GB). Here a frame that would take the block
+past `max_header_block` is refused on its 9-byte frame header, before its payload is kept: a
+connection error (GOAWAY ENHANCE_YOUR_CALM, saying why), as the block cannot be skipped without
+decoding it (HPACK state is per connection).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Final
 
-from h2.exceptions import ProtocolError
+from h2.exceptions import DenialOfServiceError, ProtocolError
 from hyperframe.exceptions import InvalidDataError, InvalidFrameError
 from hyperframe.frame import DataFrame, Frame
 
@@ -21,16 +28,21 @@ from .internals import FrameBufferBase
 
 STREAMING_THRESHOLD: Final = 16 * 1024
 _TYPE_DATA: Final = 0x0
+_HEADER_BLOCK_TYPES: Final = frozenset({0x1, 0x5, 0x9})  # HEADERS, PUSH_PROMISE, CONTINUATION
 _FLAG_END_STREAM: Final = 0x1
 _FLAG_PADDED: Final = 0x8
 
 
 class StreamingFrameBuffer(FrameBufferBase):
-    """FrameBuffer whose large, unpadded DATA frames come out in zero-copy pieces."""
+    """FrameBuffer whose large, unpadded DATA frames come out in zero-copy pieces, and whose
+    header blocks may be `max_header_block` bytes (None: h2's own bounds only)."""
 
-    def __init__(self, server: bool = False, connection: Any = None) -> None:
+    def __init__(
+        self, server: bool = False, connection: Any = None, max_header_block: int | None = None
+    ) -> None:
         super().__init__(server=server)
         self._connection = connection
+        self.max_header_block = max_header_block
         self._ready: deque[DataFrame] = deque()
         self._payload_left = 0
         self._payload_stream = 0
@@ -69,11 +81,33 @@ class StreamingFrameBuffer(FrameBufferBase):
         if self._payload_left:
             raise StopIteration  # waiting for more of the current payload
         buffered = self.buffered
+        if len(buffered) >= 9 and buffered[3] in _HEADER_BLOCK_TYPES:
+            self._check_header_block(int.from_bytes(buffered[:3], "big"))
         if len(buffered) >= 9 and buffered[3] == _TYPE_DATA and not buffered[4] & _FLAG_PADDED:
             length = int.from_bytes(buffered[:3], "big")
             if length >= STREAMING_THRESHOLD and len(buffered) < 9 + length:
                 return self._start_streaming(length)
         return super().__next__()
+
+    def _check_header_block(self, length: int) -> None:
+        limit = self.max_header_block
+        if limit is None:
+            return
+        size = self.header_block_size + length
+        if size > limit:
+            raise DenialOfServiceError(
+                f"header block of at least {size} bytes exceeds the limit of {limit} bytes"
+                " (SETTINGS_MAX_HEADER_LIST_SIZE)"
+            )
+
+    def unfinished(self) -> str | None:
+        """What the peer started sending and has not finished, or None at a frame boundary
+        (the preface is the handshake timeout's business)."""
+        if self.in_header_block:
+            return "a header block"
+        if self._payload_left or (self.buffered and not self.in_preamble):
+            return "an HTTP/2 frame"
+        return None
 
     def _start_streaming(self, length: int) -> Frame:
         try:
@@ -97,11 +131,16 @@ class StreamingFrameBuffer(FrameBufferBase):
         raise StopIteration
 
 
-def install(h2_connection: Any) -> None:
-    """Swap in the streaming buffer on a fresh h2 connection (before any data arrived)."""
+def install(h2_connection: Any, max_header_list_size: int | None = None) -> StreamingFrameBuffer:
+    """Swap in the streaming buffer on a fresh h2 connection (before any data arrived). With
+    `max_header_list_size`, header blocks are bounded while they arrive (the caller advertises
+    the limit: tuning.advertise_settings)."""
     current = h2_connection.incoming_buffer
     fresh = StreamingFrameBuffer(
-        server=not h2_connection.config.client_side, connection=h2_connection
+        server=not h2_connection.config.client_side,
+        connection=h2_connection,
+        max_header_block=max_header_list_size,
     )
     fresh.max_frame_size = current.max_frame_size
     h2_connection.incoming_buffer = fresh
+    return fresh

@@ -14,6 +14,7 @@ pyproject.toml bounds the versions from above, so a new minor release is a delib
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +25,8 @@ import grpclib.const
 import grpclib.protocol
 import grpclib.server
 import h2.connection
+import h2.errors
+import h2.exceptions
 import h2.frame_buffer
 import hyperframe.frame
 from grpclib.const import Status
@@ -35,7 +38,7 @@ from h2.stream import StreamInputs
 CLASS_ATTRIBUTES: Final[Mapping[type, tuple[str, ...]]] = {
     grpclib.server.Server: ("_protocol_factory", "__gc_step__"),
     grpclib.server.Handler: ("__gc_step__",),
-    grpclib.client.Channel: ("_protocol_factory", "__connect__"),
+    grpclib.client.Channel: ("_protocol_factory", "__connect__", "_create_connection"),
     grpclib.client.Stream: ("_process_grpc_status",),
     h2.connection.H2Connection: ("_get_stream_by_id",),
     h2.frame_buffer.FrameBuffer: ("_validate_frame_length",),
@@ -201,6 +204,11 @@ class FrameBufferBase(h2.frame_buffer.FrameBuffer):
     def in_header_block(self) -> bool:
         return bool(self._headers_buffer)
 
+    @property
+    def header_block_size(self) -> int:
+        """Bytes of the header block being received, in the frames that arrived whole."""
+        return sum(len(frame.data) for frame in self._headers_buffer)
+
     def validate_frame_length(self, length: int) -> None:
         self._validate_frame_length(length)
 
@@ -271,6 +279,11 @@ class RefusingHandler(grpclib.server.Handler):
         self.__gc_step__()
         self._tasks[stream] = self.loop.create_task(_refuse(stream, *refused, release_stream))
 
+    def cancel(self, stream: grpclib.protocol.Stream) -> None:
+        """Cancel the call on `stream`, if it still runs: a peer's reset may follow ours."""
+        if stream in self._tasks:
+            super().cancel(stream)
+
 
 async def _refuse(
     stream: grpclib.protocol.Stream,
@@ -292,6 +305,20 @@ async def _refuse(
             stream.reset_nowait()  # the request is not read: stop its sender
     finally:
         release_stream()
+
+
+def end_call(h2_connection: Any, stream_id: int, status: Status, message: str) -> None:
+    """End a server call from under grpclib: its status as a trailers-only response, or as
+    trailers when response headers went out already, then RST_STREAM(NO_ERROR) so the client
+    stops sending. The caller flushes, and cancels the call's handler."""
+    h2_stream = h2_connection.streams.get(stream_id)
+    fields = [("grpc-status", str(status.value)), ("grpc-message", encode_grpc_message(message))]
+    if h2_stream is not None and not h2_stream.state_machine.headers_sent:
+        fields = [(":status", "200"), ("content-type", "application/grpc"), *fields]
+    with contextlib.suppress(h2.exceptions.ProtocolError):  # our side of it ended already
+        h2_connection.send_headers(stream_id, fields, end_stream=True)
+    with contextlib.suppress(h2.exceptions.ProtocolError):
+        h2_connection.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
 
 
 def server_handlers(server: grpclib.server.Server) -> list[grpclib.server.Handler]:
@@ -348,14 +375,25 @@ class ServerBase(grpclib.server.Server):
 
 
 class ChannelBase(grpclib.client.Channel):
-    """grpclib's Channel building its connection with `make_protocol`, and saying so when the
-    server closed a new connection at once (a server at its connection limit does): grpclib
-    would go on to fail with an AttributeError on the closed connection."""
+    """grpclib's Channel building its connections with `make_protocol`, letting a subclass
+    choose the connection of each new call (`connection_for_call`: grpclib asks `__connect__`
+    for it), and saying so when the server closed a new connection at once (a server at its
+    connection limit does): grpclib would go on to fail with an AttributeError on it."""
 
     async def __connect__(self) -> H2Protocol:
+        return await self.connection_for_call()
+
+    async def connection_for_call(self) -> H2Protocol:
+        """Override: the connection a new call goes on (by default grpclib's one connection)."""
         protocol: H2Protocol = await super().__connect__()
-        if protocol.processor.connection.is_closing():
-            raise ConnectionResetError("the server closed the connection as soon as it opened")
+        _check_open(protocol)
+        return protocol
+
+    async def new_connection(self) -> H2Protocol:
+        """A new connection to the channel's server, which grpclib's Channel does not keep
+        (its owner closes it with `close_connection`)."""
+        protocol: H2Protocol = await self._create_connection()
+        _check_open(protocol)
         return protocol
 
     def make_protocol(self, handler: grpclib.client.Handler, config: Any, h2_config: Any) -> Any:
@@ -367,6 +405,22 @@ class ChannelBase(grpclib.client.Channel):
             grpclib.client.Handler(), self._config, self._h2_config
         )
         return protocol
+
+
+def _check_open(protocol: H2Protocol) -> None:
+    if protocol.processor.connection.is_closing():
+        raise ConnectionResetError("the server closed the connection as soon as it opened")
+
+
+def connection_lost(protocol: H2Protocol) -> bool:
+    """Whether a client connection is gone (its calls failed with it)."""
+    handler: grpclib.client.Handler = protocol.handler  # type: ignore[assignment]
+    return bool(handler.connection_lost)
+
+
+def close_connection(protocol: H2Protocol) -> None:
+    """Close a client connection as grpclib's Channel.close does (open calls fail)."""
+    protocol.processor.close()
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -390,8 +444,11 @@ __all__ = [
     "ServerBase",
     "account_sent",
     "check_classes",
+    "end_call",
     "call_wrapper",
     "can_send_status",
+    "close_connection",
+    "connection_lost",
     "listening_socket",
     "mark_request_ended",
     "method_name",

@@ -17,7 +17,7 @@ import anyio
 import grpclib.const
 import grpclib.server
 import pyarrow as pa
-from grpclib.const import Cardinality
+from grpclib.const import Cardinality, Status
 from grpclib.metadata import Deadline
 
 from .._generated.arrow.flight.protocol import (
@@ -37,15 +37,17 @@ from .._generated.arrow.flight.protocol import (
 )
 from ..errors import FlightfeedError, InvalidArgument, Unimplemented
 from .connection_limits import ConnectionLimits
-from .errors import PLAIN_ERRORS, ErrorMapping
+from .errors import PLAIN_ERRORS, ErrorMapping, StatusReply
 from .grpc import GrpcServer, RawBytes, parse_message
 from .internals import can_send_status, listening_socket, method_name, raw_stream
 from .keepalive import KeepalivePolicy
+from .log_limit import RateLimitedLogger
 from .schema import schema_to_ipc
 from .streams import FlightDataReader, FlightDataWriter
 from .wire import DEFAULT_MAX_MESSAGE_SIZE, recv_raw
 
 log = logging.getLogger(__name__)
+limited_log = RateLimitedLogger(log)
 M = TypeVar("M")
 SERVICE = "/arrow.flight.protocol.FlightService/"
 
@@ -175,11 +177,39 @@ def call_writer(stream: grpclib.server.Stream[Any, Any]) -> FlightDataWriter:
     return FlightDataWriter(raw_stream(stream), before_first_write=stream.send_initial_metadata)
 
 
+_SERVER_FAULTS: Final = frozenset({Status.INTERNAL, Status.UNKNOWN, Status.DATA_LOSS})
+
+
+def _log_failure(ctx: CallContext, reply: StatusReply, exc: BaseException) -> None:
+    """One line per failed call, rate-limited by method and status: a caller's mistake in a
+    line, a failure on our side (INTERNAL: a bug, a UDF that raised) with its traceback, a
+    cancelled call at DEBUG only (callers cancel all the time)."""
+    level, trace = logging.INFO, None
+    if reply.status is Status.CANCELLED:
+        level = logging.DEBUG
+    elif reply.status in _SERVER_FAULTS:
+        level, trace = logging.WARNING, exc
+    peer = f"{ctx.peer[0]}:{ctx.peer[1]}" if ctx.peer else "an unknown peer"
+    limited_log.log(
+        (ctx.method, reply.status),
+        level,
+        "%s from %s failed: %s: %s",
+        ctx.method,
+        peer,
+        reply.status.name,
+        reply.message,
+        exc_info=trace,
+    )
+
+
 async def _reply_error(
-    stream: grpclib.server.Stream[Any, Any], exc: BaseException, errors: ErrorMapping
+    stream: grpclib.server.Stream[Any, Any],
+    ctx: CallContext,
+    exc: BaseException,
+    errors: ErrorMapping,
 ) -> None:
     reply = errors.reply(exc)
-    log.debug("%s failed: %s", method_name(stream), reply.message, exc_info=exc)
+    _log_failure(ctx, reply, exc)
     if not can_send_status(stream):
         return
     await stream.send_trailing_metadata(
@@ -193,12 +223,13 @@ def rpc_boundary(
     """Wrap an RPC body so every exception leaves as a gRPC status (see errors.py)."""
 
     async def rpc(stream: grpclib.server.Stream[Any, Any]) -> None:
+        ctx = CallContext.of(stream)
         try:
-            await body(stream, CallContext.of(stream))
+            await body(stream, ctx)
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
-            await _reply_error(stream, exc, errors)
+            await _reply_error(stream, ctx, exc, errors)
 
     return rpc
 

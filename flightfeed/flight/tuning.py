@@ -4,7 +4,8 @@
   batch costs fresh mmap/munmap page faults, which dominate a transfer.
 - h2 logs `repr(frame)` for every received frame, even with logging off, and a DATA frame's
   repr hexlifies its whole payload: we make that repr constant-cost.
-- HTTP/2 settings: 4 MiB max frame and 4 MiB windows, so a batch travels in few frames.
+- HTTP/2 settings: 4 MiB max frame and 4 MiB windows, so a batch travels in few frames;
+  servers allow 1,024 concurrent streams per connection (h2's default is 100).
 - uvloop by default, with a switch to turn it off.
 """
 
@@ -22,6 +23,9 @@ from grpclib.config import Configuration
 
 MAX_FRAME_SIZE: Final = 4 * 1024 * 1024
 WINDOW_SIZE: Final = 4 * 1024 * 1024
+MAX_CONCURRENT_STREAMS: Final = 1024
+"""Calls a server lets one connection hold open: every task channel and read of a busy
+coordinator shares its connections, and clients open another connection only past this."""
 _M_TRIM_THRESHOLD: Final = -1
 _M_MMAP_THRESHOLD: Final = -3
 MMAP_THRESHOLD: Final = 64 * 1024 * 1024
@@ -68,9 +72,18 @@ def grpc_config() -> Configuration:
     )
 
 
-def advertise_max_frame_size(h2_connection: Any) -> None:
-    """Announce a 4 MiB max frame to the peer (h2 defaults to the 16 KiB minimum)."""
-    h2_connection.update_settings({h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE})
+def advertise_settings(h2_connection: Any, max_header_list_size: int | None = None) -> None:
+    """Announce a 4 MiB max frame to the peer (h2 defaults to the 16 KiB minimum) and, from a
+    server, room for MAX_CONCURRENT_STREAMS calls per connection (h2 defaults to 100). With
+    `max_header_list_size`, also the header list size accepted, which h2's HPACK decoder holds
+    lists to from now on (not only once the peer acknowledged it)."""
+    settings = {h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE}
+    if not h2_connection.config.client_side:
+        settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = MAX_CONCURRENT_STREAMS
+    if max_header_list_size is not None:
+        settings[h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE] = max_header_list_size
+        h2_connection.decoder.max_header_list_size = max_header_list_size
+    h2_connection.update_settings(settings)
 
 
 def apply_process_tuning() -> None:

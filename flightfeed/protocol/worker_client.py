@@ -1,7 +1,8 @@
 """The gRPC WorkerChannel: a Flight client that also speaks the WorkerService.
 
-One `WorkerClient` holds one HTTP/2 connection to a worker; every task channel and
-ExecuteTask of every query to that worker shares it. Failures arrive as the worker raised
+Every task channel and ExecuteTask of every query to a worker shares one `WorkerClient`: one
+HTTP/2 connection, and more from its pool (flight/pool.py) while more calls are open at once
+than the worker's stream limit allows on one. Failures arrive as the worker raised
 them (TYPED_ERRORS), or as RemoteError naming the worker when the connection is the problem.
 """
 

@@ -40,6 +40,24 @@ COUNT_AT_END = 0
 """`UnitScan(every=COUNT_AT_END)`: one row per partition, at its end, with its unit count."""
 
 
+class StartBarrier:
+    """Opens once `count` feeds have started. Given to UnitProviders (one per query), it holds
+    every query's feed open until all of them are running at once: a load test's burst."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.arrived = 0
+        self._open = anyio.Event()
+
+    def arrive(self) -> None:
+        self.arrived += 1
+        if self.arrived >= self.count:
+            self._open.set()
+
+    async def wait(self) -> None:
+        await self._open.wait()
+
+
 class Waiters:
     """Wait until a predicate holds; whoever changes the state calls `check()`."""
 
@@ -116,6 +134,10 @@ class UnitProvider:
     """Partitions whose units ended, failed or were closed, in that order."""
     waiters: Waiters = field(default_factory=Waiters)
     """Re-checked after every pull and every close: `await provider.waiters.until(...)`."""
+    barrier: StartBarrier | None = None
+    """The provider arrives at it when its first partition starts, and each partition waits
+    there after its units, before it ends (constant `body` units)."""
+    _arrived: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.units is not None:
@@ -145,6 +167,8 @@ class UnitProvider:
             return self._observed(partition)
         if partition in self.delays or partition in self.fail_at:
             return self._observed(partition)
+        if self.body is not None and self.barrier is not None:
+            return self._held(partition, self.body, self.barrier)
         if self.body is not None:
             return self._constant(partition, self.body)
         return self._lazy(partition)
@@ -169,6 +193,21 @@ class UnitProvider:
                 yield body
         finally:
             self.pulls[partition] += handed
+            self._close(partition)
+
+    async def _held(
+        self, partition: int, body: bytes, barrier: StartBarrier
+    ) -> AsyncIterator[bytes]:
+        """Constant units, then the barrier: the feed stays open until every query started."""
+        if not self._arrived:
+            self._arrived = True
+            barrier.arrive()
+        try:
+            for _ in range(self.counts[partition]):
+                self.pulls[partition] += 1
+                yield body
+            await barrier.wait()
+        finally:
             self._close(partition)
 
     async def _lazy(self, partition: int) -> AsyncIterator[bytes]:

@@ -30,8 +30,10 @@ class WorkerConfig:
         again yields the same rows; a partition that took more cannot be read again.
     keepalive: when to ping a caller whose calls went quiet, so the tasks of a coordinator
         that vanished without closing its connection are cancelled (None: never).
-    connections: how many connections the worker holds at once, and how long a new one has to
-        send the HTTP/2 preface (so silent connections cannot use up its file descriptors).
+    connections: how many connections the worker holds at once, how long a new one has to
+        send the HTTP/2 preface (so silent connections cannot use up its file descriptors), the
+        largest request header block, the minimum rate at which a started request must arrive,
+        and how long a connection without calls is kept (flight/connection_limits.py).
     memory_limit: bytes every task together may hold (the worker's memory pool); a task's own
         limit is its session's memory budget, if lower. None: unbounded. Default: half the
         machine's (or cgroup's) memory.

@@ -39,7 +39,7 @@ class WorkerHandlers:
         return self.state.location
 
     def worker_info(self) -> GetWorkerInfoResponse:
-        return get_worker_info()
+        return get_worker_info(self.state)
 
     async def coordinator_channel(
         self,

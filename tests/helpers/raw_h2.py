@@ -1,14 +1,15 @@
 """A bare HTTP/2 gRPC client for hostile-input tests: it sends whatever bytes a test asks for
-(a gRPC prefix that lies, a body that never ends) and reports every answer the server gives:
-the gRPC status from headers or trailers, and a stream reset. grpclib's own client cannot
-serve here: it would refuse to send such bytes, and it loses a trailers-only status that is
-followed at once by a reset, which is how a server rightly answers a request it stops
+(a gRPC prefix that lies, a body that never ends, a header block in CONTINUATION frames, a
+request a byte at a time) and reports every answer the server gives: the gRPC status from
+headers or trailers, a stream reset, the GOAWAY that ends the connection. grpclib's own client
+cannot serve here: it would refuse to send such bytes, and it loses a trailers-only status that
+is followed at once by a reset, which is how a server rightly answers a request it stops
 reading."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -17,6 +18,7 @@ import h2.config
 import h2.connection
 import h2.events
 from anyio.abc import SocketStream
+from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame
 
 GRPC_PREFIX = struct.Struct(">BI")
 
@@ -24,6 +26,28 @@ GRPC_PREFIX = struct.Struct(">BI")
 def grpc_message(payload: bytes, declared: int | None = None) -> bytes:
     """A gRPC length-prefixed message; `declared` overrides the length it claims."""
     return GRPC_PREFIX.pack(0, len(payload) if declared is None else declared) + payload
+
+
+def headers_frame(stream_id: int, fragment: bytes, *, end_headers: bool = False) -> bytes:
+    """A HEADERS frame by hand: its block continues in CONTINUATION frames unless it ends."""
+    frame = HeadersFrame(stream_id, fragment)
+    if end_headers:
+        frame.flags.add("END_HEADERS")
+    return bytes(frame.serialize())
+
+
+def continuation_frame(stream_id: int, fragment: bytes, *, end_headers: bool = False) -> bytes:
+    frame = ContinuationFrame(stream_id, fragment)
+    if end_headers:
+        frame.flags.add("END_HEADERS")
+    return bytes(frame.serialize())
+
+
+def data_frame(stream_id: int, payload: bytes, *, end_stream: bool = False) -> bytes:
+    frame = DataFrame(stream_id, payload)
+    if end_stream:
+        frame.flags.add("END_STREAM")
+    return bytes(frame.serialize())
 
 
 @dataclass
@@ -62,6 +86,91 @@ class RawH2Client:
         if data:
             await self.socket.send(data)
 
+    async def settle(self) -> None:
+        """Wait for the server's SETTINGS and acknowledge them, so its frame size applies."""
+        with anyio.fail_after(10):
+            while not any(
+                isinstance(event, h2.events.RemoteSettingsChanged)
+                for event in self.h2.receive_data(await self.socket.receive())
+            ):
+                pass
+        await self.flush()
+
+    def request_headers(self, path: str) -> list[tuple[str, str]]:
+        return [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", self.authority),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+
+    def header_block(self, path: str, extra: Iterable[tuple[str, str]] = ()) -> tuple[int, bytes]:
+        """A new stream's id and its request headers HPACK-encoded, for frames built by hand
+        (the encoder's state moves on as if they were sent)."""
+        stream_id = self.h2.get_next_available_stream_id()
+        self.h2.highest_outbound_stream_id = stream_id  # h2 would on send_headers
+        return stream_id, self.h2.encoder.encode([*self.request_headers(path), *extra])
+
+    async def send_raw(self, data: bytes) -> bool:
+        """Send bytes as they are; False if the server closed the connection first."""
+        try:
+            await self.socket.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+            return False
+        return True
+
+    async def goaway(self) -> h2.events.ConnectionTerminated | None:
+        """Read until the server ends the connection: its GOAWAY, or None if it closed the
+        connection without one. Nothing is sent meanwhile (no ACK may split a header block that
+        a test sends by hand)."""
+        while True:
+            try:
+                received = await self.socket.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+                return None
+            for event in self.h2.receive_data(received):
+                if isinstance(event, h2.events.ConnectionTerminated):
+                    return event
+
+    async def paced_call(
+        self, path: str, pieces: Sequence[tuple[float, bytes]], *, end: bool = True
+    ) -> CallAnswer:
+        """A call whose request body goes out as `pieces`, one DATA frame each, each after
+        waiting its delay (a slow client); returns once the server has ended or reset the
+        stream or closed the connection, even if pieces are left."""
+        stream_id = self.h2.get_next_available_stream_id()
+        self.h2.send_headers(stream_id, self.request_headers(path))
+        await self.flush()
+        answer = CallAnswer()
+        over = anyio.Event()
+
+        async def read() -> None:
+            try:
+                while not over.is_set():
+                    received = await self.socket.receive()
+                    for event in self.h2.receive_data(received):
+                        if self._handle(event, stream_id, answer):
+                            over.set()
+                    await self.flush()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+                over.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read)
+            for index, (delay, piece) in enumerate(pieces):
+                with anyio.move_on_after(delay):
+                    await over.wait()
+                if over.is_set():
+                    break
+                last = end and index == len(pieces) - 1
+                self.h2.send_data(stream_id, piece, end_stream=last)
+                await self.flush()
+            await over.wait()
+            tasks.cancel_scope.cancel()
+        return answer
+
     async def call(
         self,
         path: str,
@@ -75,18 +184,7 @@ class RawH2Client:
         the server's answer meanwhile; returns once the server has ended or reset the stream
         (or the connection closed)."""
         stream_id = self.h2.get_next_available_stream_id()
-        self.h2.send_headers(
-            stream_id,
-            [
-                (":method", "POST"),
-                (":scheme", "http"),
-                (":path", path),
-                (":authority", self.authority),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-                *headers,
-            ],
-        )
+        self.h2.send_headers(stream_id, [*self.request_headers(path), *headers])
         await self.flush()
         answer = CallAnswer()
         pending = [memoryview(chunk) for chunk in chunks]

@@ -60,3 +60,11 @@ def resident_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def peak_resident_bytes(pid: int) -> int:
+    """The most the process's resident set has been since it started (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmHWM for process {pid}")

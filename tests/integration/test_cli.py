@@ -17,6 +17,7 @@ from helpers.worker_process import worker_process as live_worker
 from flightfeed._version import __version__
 from flightfeed.cli import build_parser, worker_config
 from flightfeed.flight import KeepalivePolicy
+from flightfeed.flight.connection_limits import ConnectionLimits
 from flightfeed.flight.grpc import GrpcChannel
 from flightfeed.flight.tuning import run
 
@@ -165,6 +166,36 @@ def test_worker_keepalive_options_shape_its_config(
     ],
 )
 def test_bad_keepalive_options_are_refused_clearly(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["worker", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_worker_connection_options_shape_its_limits() -> None:
+    defaults = worker_config(build_parser().parse_args(["worker"])).connections
+    assert defaults == ConnectionLimits()
+    argv = ["--max-header-list-size", "16384", "--min-receive-rate", "0"]
+    argv += ["--receive-grace", "2.5", "--idle-timeout", "0"]
+    limits = worker_config(build_parser().parse_args(["worker", *argv])).connections
+    assert limits.max_header_list_size == 16384
+    assert limits.min_receive_rate is None  # 0: no minimum
+    assert limits.receive_grace == 2.5
+    assert limits.idle_timeout is None  # 0: never
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-header-list-size", "100"], "must be at least 1024 bytes"),
+        (["--min-receive-rate", "fast"], "must be bytes per second, got 'fast'"),
+        (["--receive-grace", "0"], "must be more than 0 seconds"),
+        (["--idle-timeout", "-1"], "must be 0 or more seconds"),
+    ],
+)
+def test_bad_connection_options_are_refused_clearly(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -1,10 +1,20 @@
-"""GetWorkerInfo: the worker's version, so coordinators refuse mismatched workers."""
+"""GetWorkerInfo: the worker's version, so coordinators refuse mismatched workers, and what it
+holds now (tasks, waiting ExecuteTasks, event-loop tasks), so operators and load tests can see
+that state is dropped once queries end."""
 
 from __future__ import annotations
 
+import asyncio
+
 from ..._generated.flightfeed.v1 import GetWorkerInfoResponse
 from ..._version import __version__
+from ..state import WorkerState
 
 
-def get_worker_info() -> GetWorkerInfoResponse:
-    return GetWorkerInfoResponse(version=__version__)
+def get_worker_info(state: WorkerState | None = None) -> GetWorkerInfoResponse:
+    info = GetWorkerInfoResponse(version=__version__)
+    if state is not None:
+        info.tasks = len(state.registry)
+        info.plan_waiters = state.registry.waiting
+        info.event_loop_tasks = len(asyncio.all_tasks())
+    return info

@@ -90,7 +90,8 @@ async def test_quiet_calls_on_a_live_connection_are_left_alone() -> None:
             await handler.started.wait()
             await anyio.sleep(FAST.interval * 10)  # the scenario: a call quiet for 10 intervals
             handler.release.set()
-        pings = client._channel._protocol.keepalive.pings_sent  # type: ignore[union-attr]
+        (connection,) = client._channel.connections
+        pings = connection.keepalive.pings_sent  # type: ignore[attr-defined]
     assert results[0].equals(TABLE)
     assert pings >= 1  # the quiet stretch was really probed, and the replies kept it open
 

@@ -18,7 +18,7 @@ import pytest
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import DataReceived, StreamEnded
-from h2.exceptions import FrameTooLargeError, ProtocolError
+from h2.exceptions import DenialOfServiceError, FrameTooLargeError, ProtocolError
 from h2.frame_buffer import FrameBuffer
 from h2.settings import SettingCodes
 from hyperframe.frame import (
@@ -360,3 +360,49 @@ def test_install_keeps_the_frame_size_limit() -> None:
     assert isinstance(connection.incoming_buffer, StreamingFrameBuffer)
     assert connection.incoming_buffer.max_frame_size == 12_345
     assert connection.incoming_buffer._preamble == b""  # a client expects no preamble
+
+
+def limited_buffer(limit: int) -> StreamingFrameBuffer:
+    buffer = StreamingFrameBuffer(server=True, max_header_block=limit)
+    buffer.max_frame_size = MAX_FRAME
+    buffer.add_data(PREAMBLE)
+    return buffer
+
+
+def test_a_header_block_within_the_limit_passes() -> None:
+    buffer = limited_buffer(1024)
+    (headers,) = header_frames(1, split=False)
+    buffer.add_data(headers.serialize())
+    assert [type(frame) for frame in buffer] == [HeadersFrame]
+
+
+def test_a_header_block_is_refused_on_the_frame_header_that_crosses_the_limit() -> None:
+    """Not once the frame, or the block, is whole: its first 9 bytes are enough."""
+    buffer = limited_buffer(1024)
+    buffer.add_data(HeadersFrame(1, bytes(1000)).serialize())  # no END_HEADERS: a block begins
+    assert list(buffer) == []
+    crossing = ContinuationFrame(1, bytes(MAX_FRAME)).serialize()
+    buffer.add_data(crossing[:9])
+    with pytest.raises(DenialOfServiceError, match="header block of at least 4195304 bytes"):
+        list(buffer)
+
+
+def test_unfinished_names_what_the_peer_left_halfway() -> None:
+    buffer = limited_buffer(1 << 20)
+    assert buffer.unfinished() is None
+    block = HeadersFrame(1, bytes(10)).serialize()
+    buffer.add_data(block[:5])
+    assert list(buffer) == []
+    assert buffer.unfinished() == "an HTTP/2 frame"
+    buffer.add_data(block[5:])
+    assert list(buffer) == []
+    assert buffer.unfinished() == "a header block"
+    last = ContinuationFrame(1, bytes(10))
+    last.flags.add("END_HEADERS")
+    buffer.add_data(last.serialize())
+    assert [type(frame) for frame in buffer] == [HeadersFrame]
+    assert buffer.unfinished() is None
+    large = data_frame(1, 2 * STREAMING_THRESHOLD, None, end=True, seed=0).serialize()
+    buffer.add_data(large[:STREAMING_THRESHOLD])
+    assert [type(frame) for frame in buffer] == [DataFrame]  # a piece, streamed
+    assert buffer.unfinished() == "an HTTP/2 frame"

@@ -16,9 +16,12 @@ import grpclib.const
 import grpclib.protocol
 import grpclib.server
 import grpclib.utils
+import h2.config
+import h2.connection
+import h2.events
 import h2.frame_buffer
 import pytest
-from grpclib.const import Cardinality
+from grpclib.const import Cardinality, Status
 
 from flightfeed.flight import internals
 from flightfeed.flight.grpc import GrpcChannel, GrpcServer, RawBytes
@@ -141,3 +144,39 @@ def test_a_missing_private_name_fails_loudly_by_name() -> None:
 
     with pytest.raises(ImportError, match=r"Lacking\._protocol_factory"):
         internals.check_classes({Lacking: ("_protocol_factory",)})
+
+
+def _h2_pair() -> tuple[Any, Any]:
+    """A client and a server h2 connection that talk in memory."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(header_encoding="utf-8"))
+    server = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+    )
+    client.initiate_connection()
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    return client, server
+
+
+@pytest.mark.parametrize("responded", [False, True], ids=["trailers-only", "trailers"])
+def test_end_call_sends_the_status_then_resets(responded: bool) -> None:
+    """A call the server ends from under grpclib (a request that trickles in) gets its status,
+    as a trailers-only response or as trailers, and a reset that stops the client sending."""
+    client, server = _h2_pair()
+    request = [(":method", "POST"), (":scheme", "http"), (":path", METHOD), (":authority", "x")]
+    client.send_headers(1, [*request, ("content-type", "application/grpc"), ("te", "trailers")])
+    server.receive_data(client.data_to_send())
+    if responded:
+        server.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
+    internals.end_call(server, 1, Status.RESOURCE_EXHAUSTED, "too slow: 5 bytes/s")
+    events = client.receive_data(server.data_to_send())
+    answers = h2.events.ResponseReceived | h2.events.TrailersReceived
+    headers = [event for event in events if isinstance(event, answers)]
+    status = {str(name): str(value) for name, value in headers[-1].headers}
+    assert isinstance(headers[-1], h2.events.TrailersReceived) is responded
+    assert status["grpc-status"] == str(Status.RESOURCE_EXHAUSTED.value)
+    assert status["grpc-message"] == "too slow: 5 bytes/s"
+    (reset,) = [e for e in events if isinstance(e, h2.events.StreamReset)]
+    assert reset.error_code == 0  # NO_ERROR: stop sending, the answer is above

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.anyio
 async def test_both_ends_advertise_4_mib_frames_and_windows() -> None:
     async with FlightServer(FlightHandler()) as server, FlightClient(server.location) as client:
         await client.list_actions()  # one round trip: settings exchanged and acknowledged
-        channel_h2 = client._channel._protocol.connection._connection  # type: ignore[union-attr]
+        (connection,) = client._channel.connections
+        channel_h2 = connection.connection._connection
         assert channel_h2.max_outbound_frame_size == MAX_FRAME_SIZE  # what the server advertised
         assert channel_h2.max_inbound_frame_size == MAX_FRAME_SIZE  # what the client advertised
         assert channel_h2.local_settings.initial_window_size == WINDOW_SIZE

@@ -593,6 +593,22 @@ default_message_pool.register_message("flightfeed.v1", "GetWorkerInfoRequest", G
 class GetWorkerInfoResponse(betterproto2.Message):
     version: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
+    tasks: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+    """
+    Extension: what the worker holds now, for operators and leak checks.
+    Tasks with a plan (registered, not yet dropped).
+    """
+
+    plan_waiters: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+    """
+    Tasks that ExecuteTasks are waiting for (their plans have not arrived).
+    """
+
+    event_loop_tasks: "int" = betterproto2.field(4, betterproto2.TYPE_UINT64)
+    """
+    Tasks alive on the worker's event loop (every call, task and background job).
+    """
+
 
 default_message_pool.register_message(
     "flightfeed.v1", "GetWorkerInfoResponse", GetWorkerInfoResponse

@@ -1,0 +1,68 @@
+"""Admission control: at most `limit` queries run at once; the others wait their turn in order.
+
+Every running query holds tasks, channels and buffers on the workers, and past a point more
+of them only add memory and latency (a worker refuses tasks beyond its own limit). A query
+over the limit waits in a FIFO queue, and its metrics say so (status "queued", then how long
+it waited). The queue is unbounded unless `max_queued` bounds it: a query arriving at a full
+queue fails at once with ResourceExhausted instead of waiting.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final
+
+import anyio
+
+from ..errors import InvalidArgument, ResourceExhausted
+
+DEFAULT_MAX_CONCURRENT_QUERIES: Final = 256
+
+
+class Admission:
+    """Slots for running queries; `acquire` waits for one (FIFO), `release` hands it on."""
+
+    def __init__(self, limit: int | None, max_queued: int | None = None) -> None:
+        if limit is not None and limit < 1:
+            raise InvalidArgument(f"max_concurrent_queries must be at least 1, got {limit}")
+        if max_queued is not None and max_queued < 0:
+            raise InvalidArgument(f"max_queued_queries must be 0 or more, got {max_queued}")
+        self.limit = limit
+        self.max_queued = max_queued
+        self.running = 0
+        self._waiting: deque[anyio.Event] = deque()
+
+    @property
+    def queued(self) -> int:
+        """Queries waiting for a slot."""
+        return len(self._waiting)
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting behind earlier arrivals; ResourceExhausted if the queue is full."""
+        if self.limit is None or (self.running < self.limit and not self._waiting):
+            self.running += 1
+            await anyio.lowlevel.checkpoint()
+            return
+        if self.max_queued is not None and len(self._waiting) >= self.max_queued:
+            raise ResourceExhausted(
+                f"{self.running} queries are running and {len(self._waiting)} are queued, the"
+                f" most the coordinator takes (max_concurrent_queries={self.limit},"
+                f" max_queued_queries={self.max_queued})"
+            )
+        turn = anyio.Event()
+        self._waiting.append(turn)
+        try:
+            await turn.wait()
+        except BaseException:
+            if turn.is_set():
+                self.release()  # handed a slot while being cancelled: pass it on
+            else:
+                self._waiting.remove(turn)
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the longest waiting query if there is one."""
+        if self._waiting:
+            self._waiting.popleft().set()  # the slot passes on: `running` is unchanged
+        else:
+            self.running -= 1

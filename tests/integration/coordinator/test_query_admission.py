@@ -1,0 +1,72 @@
+"""Admission control on real workers: queries beyond `max_concurrent_queries` wait in order and
+say so in their metrics; a full queue refuses at once."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from flightfeed.errors import ResourceExhausted
+from flightfeed.plan import Coalesce
+from flightfeed.testing import start_cluster
+from flightfeed.testing.feeds import (
+    COUNT_AT_END,
+    LiveProvider,
+    UnitProvider,
+    unit_coordinator_options,
+    unit_scan,
+    unit_session_builder,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_query_over_the_limit_waits_for_a_slot_and_says_so() -> None:
+    live = LiveProvider(1)
+    options = unit_coordinator_options(max_concurrent_queries=1)
+    async with start_cluster(1, session_builder=unit_session_builder, **options) as (c, _):
+        first = c.execute(Coalesce(unit_scan(live, every=COUNT_AT_END)))
+        second = c.execute(Coalesce(unit_scan(UnitProvider([3]), every=COUNT_AT_END)))
+        results: dict[str, int] = {}
+
+        async def read(name: str, stream: object) -> None:
+            async with stream as batches:  # type: ignore[attr-defined]
+                results[name] = sum([b.column("units")[0].as_py() async for b in batches])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read, "first", first)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(read, "second", second)
+            await anyio.wait_all_tasks_blocked()
+            assert (c.admission.running, c.admission.queued) == (1, 1)
+            assert second.metrics is not None
+            assert second.metrics.status == "queued"
+            assert second.metrics.admitted_ns is None
+            live.push(0, b"a", b"b")
+            live.end(0)  # the first query ends: its slot passes to the second
+        assert results == {"first": 2, "second": 3}
+        assert second.metrics is not None
+        assert second.metrics.status == "finished"
+        assert second.metrics.admitted_ns is not None
+        assert second.metrics.admission_wait >= 0
+        assert first.metrics is not None
+        assert first.metrics.admitted_ns is not None
+        assert (c.admission.running, c.admission.queued) == (0, 0)
+
+
+async def test_a_full_queue_refuses_a_query_at_once() -> None:
+    live = LiveProvider(1)
+    options = unit_coordinator_options(max_concurrent_queries=1, max_queued_queries=0)
+    async with start_cluster(1, session_builder=unit_session_builder, **options) as (c, _):
+        async with anyio.create_task_group() as tg:
+            first = c.execute(Coalesce(unit_scan(live, every=COUNT_AT_END)))
+            tg.start_soon(c.collect, Coalesce(unit_scan(live, every=COUNT_AT_END)))
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(ResourceExhausted, match="queued"):
+                await c.collect(Coalesce(unit_scan(UnitProvider([1]), every=COUNT_AT_END)))
+            refused = c.metrics.latest
+            assert refused is not None
+            assert refused.status == "failed"
+            live.end(0)
+        await first.aclose()
+        assert (c.admission.running, c.admission.queued) == (0, 0)
