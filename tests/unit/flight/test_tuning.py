@@ -1,8 +1,12 @@
-"""Connection and process tuning is in effect: frame size, windows, malloc, h2 repr, uvloop."""
+"""Connection and process tuning is in effect: frame size, windows, malloc, h2 repr, uvloop,
+the garbage collector."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -10,6 +14,7 @@ from hyperframe.frame import DataFrame
 
 from flightfeed.flight import FlightClient, FlightHandler, FlightServer
 from flightfeed.flight.tuning import (
+    GC_THRESHOLDS,
     MAX_FRAME_SIZE,
     WINDOW_SIZE,
     patch_h2_frame_repr,
@@ -58,3 +63,34 @@ def test_run_uses_uvloop_by_default_and_asyncio_when_switched_off() -> None:
 
     assert run(loop_module).startswith("uvloop")
     assert run(loop_module, use_uvloop=False).startswith("asyncio")
+
+
+def _gc_after_tuning(env: dict[str, str]) -> tuple[list[int], int, bool]:
+    """gc thresholds and frozen objects in a fresh interpreter after `tune_gc()` twice."""
+    script = (
+        "import gc, json; from flightfeed.flight.tuning import tune_gc;"
+        "first = tune_gc(); second = tune_gc();"
+        "print(json.dumps([list(gc.get_threshold()), gc.get_freeze_count(), first and not second]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    thresholds, frozen, once = json.loads(out)
+    return thresholds, frozen, once
+
+
+def test_tune_gc_raises_thresholds_and_freezes_the_start_up_heap_once() -> None:
+    thresholds, frozen, once = _gc_after_tuning({"FLIGHTFEED_NO_GC_TUNING": "0"})
+    assert thresholds == list(GC_THRESHOLDS)
+    assert frozen > 10_000  # the imported modules' objects leave the collector's passes
+    assert once
+
+
+def test_tune_gc_can_be_turned_off() -> None:
+    thresholds, frozen, _ = _gc_after_tuning({"FLIGHTFEED_NO_GC_TUNING": "1"})
+    assert thresholds == [700, 10, 10]  # Python's defaults
+    assert frozen == 0
