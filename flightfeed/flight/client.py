@@ -42,6 +42,7 @@ from .._generated.arrow.flight.protocol import (
     Ticket,
 )
 from ..errors import FlightfeedError, InvalidArgument, RemoteError
+from .codec import DEFAULT_MAX_DECODED_SIZE
 from .errors import PLAIN_ERRORS, ErrorMapping
 from .grpc import GrpcChannel, RawBytes
 from .internals import (
@@ -138,7 +139,10 @@ def forget_wakeup_cancel(stream: Any, task: Any, baseline: int) -> None:
 
 
 def call_reader(
-    stream: grpclib.client.Stream[Any, Any], max_message_size: int, errors: ErrorMapping
+    stream: grpclib.client.Stream[Any, Any],
+    max_message_size: int,
+    errors: ErrorMapping,
+    max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
 ) -> FlightDataReader:
     """A reader of the FlightData a client call receives, surfacing the call's status as the
     FlightfeedError `errors` makes of it."""
@@ -149,6 +153,7 @@ def call_reader(
         guard=call_wrapper(stream),
         at_end=status_checker(stream, errors),
         translate=partial(call_error, stream, errors=errors),
+        max_decoded_size=max_decoded_size,
     )
 
 
@@ -170,7 +175,10 @@ class DoGetCall:
         stream = await self._context.__aenter__()
         self._stream = stream
         await stream.send_message(Ticket(ticket=self._ticket), end=True)
-        self._reader = call_reader(stream, self._client.max_message_size, self._client.errors)
+        client = self._client
+        self._reader = call_reader(
+            stream, client.max_message_size, client.errors, client.max_decoded_size
+        )
         return self._reader
 
     async def __aexit__(
@@ -215,11 +223,13 @@ class FlightClient:
         timeout: float | None = None,
         keepalive: KeepalivePolicy | None = None,
         errors: ErrorMapping = PLAIN_ERRORS,
+        max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
     ) -> None:
         self.location = location
         self.host, self.port = parse_location(location)
         self.metadata = dict(metadata or {})
         self.max_message_size = max_message_size
+        self.max_decoded_size = max_decoded_size
         self.timeout = timeout
         self.errors = errors
         self._channel = GrpcChannel(self.host, self.port, keepalive=keepalive)
@@ -397,6 +407,7 @@ class FlightClient:
                 self.max_message_size,
                 before_first_read=stream.recv_initial_metadata,
                 guard=call_wrapper(stream),
+                max_decoded_size=self.max_decoded_size,
             )
             yield writer, reader, stream.end
             if not request_ended(stream):

@@ -3,7 +3,9 @@
 `FlightDataEncoder` turns record batches into gRPC messages given as lists of buffer views:
 a few protobuf header bytes written around Arrow's own body buffers. `decode_flight_data`
 parses a received FlightData into memoryview fields, and `FlightDataDecoder` turns those
-back into record batches with Arrow C++ (dictionaries included).
+back into record batches with Arrow C++ (dictionaries included). A compressed batch is sized
+from the lengths its buffers declare before Arrow decompresses it: a few kilobytes of zstd can
+declare gigabytes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, ResourceExhausted
+from ..ipcwire import decoded_body_bytes
 from ..protowire import WIRE_LEN, decode_varint, len_field_header, skip_field
 from .ipc import Buffer, IpcMessageFeed, IpcMessageSplitter, MessageKind, peek_message
 
@@ -23,6 +26,9 @@ FIELD_DATA_HEADER = 2
 FIELD_APP_METADATA = 3
 FIELD_DATA_BODY = 1000
 _GRPC_PREFIX = struct.Struct(">BI")
+DEFAULT_MAX_DECODED_SIZE = 2 * 1024 * 1024 * 1024
+"""Bytes one FlightData batch may decode to: 4x the default max message size, room for a
+well-compressed 512 MiB message, and a bound on what a decompression bomb allocates."""
 
 
 @dataclass(frozen=True)
@@ -178,10 +184,13 @@ class FlightDataDecoder:
     """Turns a stream of FlightData views back into record batches.
 
     The first data message must carry the schema. Messages with only app_metadata are allowed
-    anywhere (they yield no batch). Any inconsistency raises InvalidArgument, never a hang.
+    anywhere (they yield no batch). Any inconsistency raises InvalidArgument, never a hang; a
+    batch that would decode to more than `max_decoded_size` bytes raises ResourceExhausted
+    before anything is decompressed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE) -> None:
+        self.max_decoded_size = max_decoded_size
         self._feed = IpcMessageFeed()
         self._reader: pa.ipc.RecordBatchStreamReader | None = None
         self.schema: pa.Schema | None = None
@@ -209,6 +218,8 @@ class FlightDataDecoder:
                 raise InvalidArgument(
                     f"FlightData stream must start with a schema, got message kind {kind}"
                 )
+            if kind in (MessageKind.DICTIONARY_BATCH, MessageKind.RECORD_BATCH):
+                self._check_decoded_size(message)
             if kind == MessageKind.DICTIONARY_BATCH:
                 self._feed.push(message.header, message.body)
                 return None
@@ -224,3 +235,14 @@ class FlightDataDecoder:
         except StopIteration:
             raise InvalidArgument("FlightData stream ended inside a message") from None
         raise InvalidArgument(f"unsupported Arrow IPC message kind {kind} in FlightData")
+
+    def _check_decoded_size(self, message: FlightDataView) -> None:
+        limit = self.max_decoded_size
+        if limit is None:
+            return
+        decoded = decoded_body_bytes(message.header, message.body)
+        if decoded > limit:
+            raise ResourceExhausted(
+                f"FlightData batch decodes to {decoded} bytes, over the limit of {limit}"
+                " (max_decoded_size)"
+            )

@@ -36,6 +36,7 @@ from .._generated.arrow.flight.protocol import (
     Ticket,
 )
 from ..errors import FlightfeedError, InvalidArgument, Unimplemented
+from .codec import DEFAULT_MAX_DECODED_SIZE
 from .connection_limits import ConnectionLimits
 from .errors import PLAIN_ERRORS, ErrorMapping, StatusReply
 from .grpc import GrpcServer, RawBytes, parse_message
@@ -242,9 +243,11 @@ class FlightService:
         handler: FlightHandler,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         errors: ErrorMapping = PLAIN_ERRORS,
+        max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
     ) -> None:
         self.handler = handler
         self.max_message_size = max_message_size
+        self.max_decoded_size = max_decoded_size
         self.errors = errors
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
@@ -330,12 +333,17 @@ class FlightService:
         )
         await self.handler.do_get(ctx, ticket.ticket, writer)
 
+    def _data_reader(self, stream: grpclib.server.Stream[Any, Any]) -> FlightDataReader:
+        return FlightDataReader(
+            raw_stream(stream), self.max_message_size, max_decoded_size=self.max_decoded_size
+        )
+
     async def _do_put(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        reader = FlightDataReader(raw_stream(stream), self.max_message_size)
+        reader = self._data_reader(stream)
         await self.handler.do_put(ctx, reader, PutResultWriter(stream))
 
     async def _do_exchange(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
-        reader = FlightDataReader(raw_stream(stream), self.max_message_size)
+        reader = self._data_reader(stream)
         writer = FlightDataWriter(
             raw_stream(stream), before_first_write=stream.send_initial_metadata
         )
@@ -365,7 +373,9 @@ class FlightServer:
     default; `server.location` is the `grpc://host:port` clients connect to. With `keepalive`,
     connections of clients that vanish without closing are dropped (their calls cancelled);
     `limits` bounds the connections held at once and the time a new one has to start talking
-    HTTP/2 (connection_limits.py).
+    HTTP/2 (connection_limits.py). A message may be `max_message_size` bytes on the wire, and
+    a DoPut or DoExchange batch `max_decoded_size` bytes once decoded (a compressed batch is
+    sized from its IPC header, before it is decompressed).
     `errors` turns handler exceptions into statuses (flightfeed.protocol.TYPED_ERRORS adds the
     typed error for flightfeed clients).
     """
@@ -381,12 +391,13 @@ class FlightServer:
         keepalive: KeepalivePolicy | None = None,
         errors: ErrorMapping = PLAIN_ERRORS,
         limits: ConnectionLimits | None = None,
+        max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
     ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
         self._grpc = GrpcServer(
-            [FlightService(handler, max_message_size, errors), *services],
+            [FlightService(handler, max_message_size, errors, max_decoded_size), *services],
             max_message_size,
             keepalive=keepalive,
             limits=limits,

@@ -16,7 +16,13 @@ from grpclib.protocol import Stream as H2Stream
 from .._generated.arrow.flight.protocol import FlightDescriptor
 from ..errors import Cancelled, InvalidArgument
 from ..messages import parse_strict
-from .codec import FlightDataDecoder, FlightDataEncoder, decode_flight_data, encode_flight_data
+from .codec import (
+    DEFAULT_MAX_DECODED_SIZE,
+    FlightDataDecoder,
+    FlightDataEncoder,
+    decode_flight_data,
+    encode_flight_data,
+)
 from .wakeup import cancel_baseline, forget_wakeup_cancel
 from .wire import DEFAULT_MAX_MESSAGE_SIZE, recv_raw, send_encoded
 
@@ -76,7 +82,8 @@ class FlightDataReader:
     """Reads FlightData messages from a stream and yields (batch, app_metadata) pairs.
 
     `batch` is None for metadata-only messages. The descriptor of the first message (DoPut,
-    DoExchange) is available as `descriptor` once the first message is read.
+    DoExchange) is available as `descriptor` once the first message is read. A message may be
+    `max_message_size` bytes on the wire and its batch `max_decoded_size` bytes decoded.
     """
 
     def __init__(
@@ -87,6 +94,7 @@ class FlightDataReader:
         guard: Any = None,
         at_end: Any = None,
         translate: Any = None,
+        max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
     ) -> None:
         self._stream = stream
         # Called once at end of stream (client side: read the status, so a failed call raises
@@ -97,7 +105,7 @@ class FlightDataReader:
         # grpclib interrupts waits inside a call's wrapper when the connection dies; raw reads
         # must wait inside it too, or a closed channel would leave them waiting forever.
         self._guard = guard
-        self._decoder = FlightDataDecoder()
+        self._decoder = FlightDataDecoder(max_decoded_size)
         self._max = max_message_size
         self._before_first_read = before_first_read
         self._first = True

@@ -45,7 +45,7 @@ from flightfeed.flight import (
     parse_location,
     path_descriptor,
 )
-from flightfeed.flight.codec import encode_flight_data
+from flightfeed.flight.codec import FlightDataDecoder, FlightDataView, encode_flight_data
 from flightfeed.flight.grpc import GrpcChannel, RawBytes
 from flightfeed.flight.internals import mark_request_ended, raw_stream
 from flightfeed.protocol import ERROR_TRAILER, TYPED_ERRORS
@@ -399,6 +399,55 @@ async def test_oversized_doput_through_flightfeed_client(handler: BadInputHandle
             with pytest.raises(ResourceExhausted, match="exceeds the limit of 65536 bytes"):
                 await client.do_put(command_descriptor(b"big"), BIG.schema, batches())
         await assert_serves(location, handler)
+
+
+ZEROS = pa.record_batch({"z": pa.array(np.zeros(1 << 20, dtype=np.int64))})  # 8 MiB
+
+
+async def test_compressed_doput_batch_over_the_decoded_limit(handler: BadInputHandler) -> None:
+    """8 MiB of zeros compress to kilobytes: the message passes the wire limit, and the batch
+    is refused on the sizes its buffers declare, before Arrow decompresses it."""
+    async with running_server(handler, errors=TYPED_ERRORS, max_decoded_size=1 << 20) as location:
+
+        def cpp_put(batch: pa.RecordBatch) -> None:
+            options = fl.FlightCallOptions(write_options=pa.ipc.IpcWriteOptions(compression="zstd"))
+            with cpp_client(location) as client:
+                descriptor = fl.FlightDescriptor.for_command(b"zeros")
+                writer, _ = client.do_put(descriptor, batch.schema, options=options)
+                writer.write_batch(batch)
+                writer.close()
+
+        with pytest.raises(
+            pa.ArrowException, match="FlightData batch decodes to 8388608 bytes, over the limit"
+        ):
+            await in_thread(cpp_put, ZEROS)
+        await in_thread(cpp_put, ZEROS.slice(0, 1000))  # under the limit: stored
+        assert handler.streams[b"zeros"].items[0][0] == ZEROS.slice(0, 1000)
+        await assert_serves(location, handler)
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_decompressed() -> None:
+    """A compressed buffer declaring 1 TiB: Arrow would try to allocate it."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_stream(sink, ZEROS.schema, options=options) as writer:
+        writer.write_batch(ZEROS)
+    schema_message, batch_message = list(pa.ipc.MessageReader.open_stream(sink.getvalue()))
+    body = bytearray(batch_message.body.to_pybytes())
+    # The batch has a validity buffer (empty: no nulls) and a data buffer; the data buffer is
+    # the only one with bytes, and its first 8 bytes declare its decompressed length.
+    assert struct.unpack_from("<q", body, 0)[0] == 8 << 20
+    struct.pack_into("<q", body, 0, 1 << 40)
+    decoder = FlightDataDecoder()
+    empty = memoryview(b"")
+    decoder.feed(
+        FlightDataView(None, memoryview(schema_message.metadata.to_pybytes()), None, empty)
+    )
+    bomb = FlightDataView(
+        None, memoryview(batch_message.metadata.to_pybytes()), None, memoryview(bytes(body))
+    )
+    with pytest.raises(ResourceExhausted, match="decodes to 1099511627776 bytes"):
+        decoder.feed(bomb)
 
 
 async def test_oversized_control_message(handler: BadInputHandler) -> None:
