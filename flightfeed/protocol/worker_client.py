@@ -60,6 +60,11 @@ CANCEL_SEND_TIMEOUT: Final = 1.0
 """How long a CancelTask may take to send before the channel is just reset."""
 
 
+REFERENCE_UNIT_OVERHEAD: Final = 64
+"""Bytes a WorkUnit message of the reference form counts for beyond its body, in deciding to
+encode a batch off the loop: its fields and betterproto's per-message work."""
+
+
 class GrpcTaskChannel(MetricsWaiter):
     """The caller's end of one task's CoordinatorChannel over gRPC."""
 
@@ -70,7 +75,10 @@ class GrpcTaskChannel(MetricsWaiter):
         self._interrupted = False
 
     async def send_work_units(self, batch: WorkUnitBatch) -> None:
-        size = len(batch.packed.bodies) if batch.packed is not None else 0
+        if batch.packed is not None:
+            size = len(batch.packed.bodies)
+        else:  # the reference form: a message per unit, each costing more than its bytes
+            size = sum(len(unit.body) + REFERENCE_UNIT_OVERHEAD for unit in batch.batch)
         await self._send(CoordinatorToWorkerMsg(work_unit_batch=batch), size)
 
     async def _send(self, message: CoordinatorToWorkerMsg, size_hint: int = 0) -> None:
