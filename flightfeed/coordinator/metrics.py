@@ -9,6 +9,7 @@ delivery log) is let go. The store keeps the last `capacity` queries.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,13 +17,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
-import numpy as np
 
 from ..feeds import FeedDispatcher, Percentiles
 from ..plan.metrics import NodeMetrics
-from ..protocol import MetricsSet, TaskMetrics
+from ..protocol import Metric, MetricsSet, PercentileLatency, TaskMetrics
 
 DEFAULT_CAPACITY: Final = 256
+_U64: Final = struct.Struct("<Q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +203,8 @@ def _sent_counts(dispatcher: FeedDispatcher) -> dict[tuple[bytes, int], tuple[in
 
 def _received_counts(task_metrics: MetricsSet | None) -> dict[tuple[bytes, int], _Received]:
     """The inbox's per-partition feed metrics out of TaskMetrics.task_metrics (see
-    FeedInbox.to_metrics): counts, and latency sketches of 101 sorted samples."""
+    FeedInbox.to_metrics): counts, and latency sketches of 101 sorted samples, one per
+    latency, from which p50, p95 and p99 are all read."""
     if task_metrics is None:
         return {}
     counts: dict[tuple[bytes, int], dict[str, int]] = {}
@@ -217,9 +219,9 @@ def _received_counts(task_metrics: MetricsSet | None) -> dict[tuple[bytes, int],
             continue
         if metric.count is not None:
             counts.setdefault(key, {})[metric.count.name] = metric.count.value
-        sketch = metric.custom_p50_latency
+        sketch = _sketch_of(metric)
         if sketch is not None:
-            sketches.setdefault(key, {})[sketch.name] = sketch.sketch_bytes
+            sketches.setdefault(key, {}).setdefault(sketch.name, sketch.sketch_bytes)
     out: dict[tuple[bytes, int], _Received] = {}
     for key in counts.keys() | sketches.keys():
         c, s = counts.get(key, {}), sketches.get(key, {})
@@ -233,15 +235,30 @@ def _received_counts(task_metrics: MetricsSet | None) -> dict[tuple[bytes, int],
     return out
 
 
+def _sketch_of(metric: Metric) -> PercentileLatency | None:
+    """The latency sketch a metric carries, whichever percentile field it came under: each
+    holds the whole distribution. flightfeed workers send it once, as custom_p50_latency;
+    a sender that repeats it per percentile (as the reference does) repeats the same one."""
+    for sketch in (
+        metric.custom_p50_latency,
+        metric.custom_p95_latency,
+        metric.custom_p99_latency,
+        metric.custom_p75_latency,
+    ):
+        if sketch is not None:
+            return sketch
+    return None
+
+
 def _percentiles(sketch: bytes, count: int) -> Percentiles:
     """p50/p95/p99 from a sketch of sorted samples at evenly spaced quantiles."""
-    usable = len(sketch) - len(sketch) % 8
-    samples = np.frombuffer(sketch[:usable], dtype="<u8")
-    if samples.size == 0:
+    points = len(sketch) // 8
+    if points == 0:
         return Percentiles(count=count)
-    last = samples.size - 1
+    last = points - 1
 
     def at(q: float) -> int:
-        return int(samples[round(q * last)])
+        value: int = _U64.unpack_from(sketch, 8 * round(q * last))[0]
+        return value
 
     return Percentiles(count=count, p50_ns=at(0.5), p95_ns=at(0.95), p99_ns=at(0.99))

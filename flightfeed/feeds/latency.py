@@ -2,11 +2,16 @@
 
 Feeds may run for millions of units, so samples are never kept: each lands in one of 1,920
 buckets (32 per power of two, under 3.2% relative error), added a whole batch at a time with
-numpy. Single samples are staged in an array and folded in when it fills.
+numpy. Single samples are staged in an array and folded in when it fills. Most histograms
+never fill it (a partition of a few dozen units): their quantiles are read from the sorted
+staged samples in plain Python, bucketed the same way, as numpy's per-call overhead would
+cost more than the work.
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,6 +49,14 @@ def _bucket_indexes(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     shift = np.maximum(exp - _SUB_BITS, 0).astype(np.uint64)
     mantissa = (v >> shift).astype(np.int64)
     return np.where(big, (exp - _SUB_BITS + 1) * _SUB + (mantissa - _SUB), mantissa)
+
+
+def _bucket_index(value: int) -> int:
+    """`_bucket_indexes` for one value, exactly (integer arithmetic, no log2)."""
+    if value < _SUB:
+        return max(value, 0)
+    exp = value.bit_length() - 1
+    return (exp - _SUB_BITS + 1) * _SUB + ((value >> (exp - _SUB_BITS)) - _SUB)
 
 
 def _bucket_value(index: int) -> int:
@@ -104,20 +117,34 @@ class LatencyHistogram:
 
     @property
     def count(self) -> int:
-        self._fold()
-        return 0 if self._counts is None else int(self._counts.sum())
+        folded = 0 if self._counts is None else int(self._counts.sum())
+        return folded + len(self._stage)
 
     def quantiles(self, qs: Sequence[float]) -> list[int]:
         """The value at each quantile q in [0, 1] (bucket midpoints); zeros when empty."""
+        if self._counts is None:
+            return self._staged_quantiles(qs)
         self._fold()
-        if self._counts is None or not (total := int(self._counts.sum())):
+        total = int(self._counts.sum())
+        if not total:
             return [0] * len(qs)
         cumulative = np.cumsum(self._counts)
-        out = []
-        for q in qs:
-            rank = min(total, max(1, int(np.ceil(q * total))))
-            out.append(_bucket_value(int(np.searchsorted(cumulative, rank))))
-        return out
+        ranks = np.ceil(np.asarray(qs, dtype=np.float64) * total)
+        ranks = np.minimum(total, np.maximum(1, ranks)).astype(np.int64)
+        return [_bucket_value(int(i)) for i in np.searchsorted(cumulative, ranks)]
+
+    def _staged_quantiles(self, qs: Sequence[float]) -> list[int]:
+        """Quantiles of the staged samples alone: the same buckets as the folded path (the
+        rank-th sample's bucket is where the cumulative count reaches the rank)."""
+        total = len(self._stage)
+        if not total:
+            return [0] * len(qs)
+        ordered = sorted(self._stage)
+        ranks = [min(total, max(1, math.ceil(q * total))) for q in qs]
+        if total < len(ranks):  # fewer samples than points: bucket each sample once
+            ordered = [_bucket_value(_bucket_index(value)) for value in ordered]
+            return [ordered[rank - 1] for rank in ranks]
+        return [_bucket_value(_bucket_index(ordered[rank - 1])) for rank in ranks]
 
     def percentiles(self) -> Percentiles:
         p50, p95, p99 = self.quantiles((0.5, 0.95, 0.99))
@@ -129,5 +156,7 @@ class LatencyHistogram:
         The format of PercentileLatency.sketch_bytes: any percentile read from these samples
         matches the histogram's to within one quantile step.
         """
-        qs = [i / (points - 1) for i in range(points)] if self.count else []
-        return np.array(self.quantiles(qs), dtype="<u8").tobytes()
+        if not self.count:
+            return b""
+        values = self.quantiles([i / (points - 1) for i in range(points)])
+        return struct.pack(f"<{len(values)}Q", *values)

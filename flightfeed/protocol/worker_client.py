@@ -49,6 +49,7 @@ from ..flight.streams import FlightDataReader
 from ..flight.wakeup import cancel_baseline
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE, send_encoded
 from .channel import MetricsWaiter
+from .channel_wire import decode_worker_message
 from .errors import TYPED_ERRORS
 
 log = logging.getLogger(__name__)
@@ -68,9 +69,15 @@ encode a batch off the loop: its fields and betterproto's per-message work."""
 class GrpcTaskChannel(MetricsWaiter):
     """The caller's end of one task's CoordinatorChannel over gRPC."""
 
-    def __init__(self, stream: grpclib.client.Stream[Any, Any], errors: ErrorMapping) -> None:
-        self._stream = stream
+    def __init__(
+        self,
+        stream: grpclib.client.Stream[Any, Any],
+        errors: ErrorMapping,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
+        self._stream = stream  # its messages arrive as RawBytes: decoded in messages()
         self._errors = errors
+        self._max_message_size = max_message_size
         self._closed = False
         self._interrupted = False
 
@@ -114,8 +121,8 @@ class GrpcTaskChannel(MetricsWaiter):
     async def messages(self) -> AsyncIterator[WorkerToCoordinatorMsg]:
         task, baseline = cancel_baseline()
         try:
-            async for message in self._stream:
-                yield message
+            async for raw in self._stream:
+                yield decode_worker_message(raw, self._max_message_size)
             await status_checker(self._stream, self._errors)()
         except (GRPCError, StreamTerminatedError) as exc:
             forget_wakeup_cancel(self._stream, task, baseline)
@@ -184,13 +191,13 @@ class WorkerClient(FlightClient):
             "CoordinatorChannel",
             Cardinality.STREAM_STREAM,
             RawBytes,  # control messages are encoded by send_control
-            WorkerToCoordinatorMsg,
+            RawBytes,  # worker messages are decoded by the channel (channel_wire)
             headers,
             path=SERVICE,
         ) as stream:
             message = CoordinatorToWorkerMsg(set_plan_request=set_plan)
             await send_control(stream, message, len(set_plan.plan_proto))
-            channel = GrpcTaskChannel(stream, self.errors)
+            channel = GrpcTaskChannel(stream, self.errors, self.max_message_size)
             try:
                 yield channel
             finally:

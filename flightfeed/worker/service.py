@@ -27,6 +27,7 @@ from ..flight.server import (
     receive_request,
     rpc_boundary,
 )
+from ..protocol.channel_wire import encode_worker_message
 from ..session import Headers
 from .endpoint import WorkerHandlers
 from .rpc.do_get import FlightSink
@@ -62,8 +63,11 @@ class WorkerService:
             async for raw in receive_messages(stream, RawBytes, self.max_message_size):
                 yield await off_loop(self._parse_control, raw, nbytes=len(raw))
 
+        async def send(message: WorkerToCoordinatorMsg) -> None:
+            await stream.send_message(encode_worker_message(message))
+
         await self.handlers.coordinator_channel(
-            request_headers(ctx), inbound(), stream.send_message, stream.send_initial_metadata
+            request_headers(ctx), inbound(), send, stream.send_initial_metadata
         )
 
     async def _execute_task(
@@ -85,7 +89,7 @@ class WorkerService:
                 rpc_boundary(self._coordinator_channel, self.errors),
                 Cardinality.STREAM_STREAM,
                 RawBytes,
-                WorkerToCoordinatorMsg,
+                RawBytes,  # encoded by `send` (credits by hand: channel_wire)
             ),
             SERVICE + "ExecuteTask": grpclib.const.Handler(
                 rpc_boundary(self._execute_task, self.errors),

@@ -4,7 +4,8 @@ parses (and recurses into) a message, and every field of the wrong type named.""
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given
@@ -13,16 +14,31 @@ from hypothesis import strategies as st
 from flightfeed._generated.arrow.flight.protocol import Ticket
 from flightfeed._generated.flightfeed.v1 import (
     CoordinatorToWorkerMsg,
+    ErrorCode,
+    ErrorDetail,
     ExecuteTaskRequest,
     Expr,
     FunctionCall,
+    Label,
+    Metric,
+    MetricsSet,
+    NamedCount,
+    PartitionsRead,
+    PercentileLatency,
     PlanNode,
+    StartTimestamp,
+    StreamRange,
+    TaskKey,
+    TaskMetrics,
+    WorkerToCoordinatorMsg,
 )
 from flightfeed.errors import InvalidArgument, PlanDecodeError
-from flightfeed.messages import MAX_NESTING, parse_strict
+from flightfeed.messages import MAX_NESTING, _type_problem, parse_strict
 from flightfeed.plan import CodecRegistry, decode_plan
 from flightfeed.protowire import encode_varint
 from flightfeed.session import Session
+
+M = TypeVar("M")
 
 
 def nested_plan(depth: int) -> bytes:
@@ -81,13 +97,33 @@ def test_truncated_nested_messages_are_refused() -> None:
 @pytest.mark.parametrize(
     ("message", "data", "problem"),
     [
-        (ExecuteTaskRequest, b"\x08\x05", "ExecuteTaskRequest.task_key should be a message"),
-        (ExecuteTaskRequest, b"\x11" + bytes(8), "'uint64'"),
-        (Ticket, b"\x08\x05", "Ticket.ticket should be bytes, got int"),
+        (
+            ExecuteTaskRequest,
+            b"\x08\x05",
+            "ExecuteTaskRequest.task_key should be a message, got a varint",
+        ),
+        (ExecuteTaskRequest, b"\x11" + bytes(8), "target_partition_start should be uint64"),
+        (Ticket, b"\x08\x05", "Ticket.ticket should be bytes, got a varint"),
         (CoordinatorToWorkerMsg, b"\x08\x01", "set_plan_request should be a message"),
         (PlanNode, b"\x0a\x02\xff\xfe", "UnicodeDecodeError"),
+        (ExecuteTaskRequest, b"\x12\x01\x05", "target_partition_start should be uint64"),
+        (
+            WorkerToCoordinatorMsg,  # partitions_read (4) holding partitions (1) as fixed32
+            b"\x22\x05" + b"\x0d\x01\x00\x00\x00",
+            "WorkerToCoordinatorMsg.partitions_read.partitions should be uint64, got a 32-bit",
+        ),
+        (StreamRange, b"\x12\x05\x0a\x01a\x12\x00", "StreamRange.start.value should be uint64"),
     ],
-    ids=["varint-for-message", "fixed64-for-varint", "varint-for-bytes", "oneof", "bad-utf8"],
+    ids=[
+        "varint-for-message",
+        "fixed64-for-varint",
+        "varint-for-bytes",
+        "oneof",
+        "bad-utf8",
+        "packed-for-single",
+        "nested-path",
+        "map-value",
+    ],
 )
 def test_fields_of_the_wrong_type_are_named(message: type[Any], data: bytes, problem: str) -> None:
     """betterproto2 alone puts an int where a message belongs: AttributeError later, INTERNAL."""
@@ -95,3 +131,102 @@ def test_fields_of_the_wrong_type_are_named(message: type[Any], data: bytes, pro
         parse_strict(message, data)
     assert refused.value.message.startswith(message.__name__)
     assert problem in refused.value.message
+
+
+def outcome(
+    parse: Callable[[type[M], bytes], M], message: type[M], data: bytes
+) -> M | InvalidArgument:
+    """What parsing gives: the message or the refusal."""
+    try:
+        return parse(message, data)
+    except InvalidArgument as refused:
+        return refused
+
+
+u64 = st.integers(0, 2**64 - 1)
+metric_values: dict[str, st.SearchStrategy[Any]] = {
+    "count": st.builds(NamedCount, name=st.text(max_size=5), value=u64),
+    "start_timestamp": st.builds(
+        StartTimestamp, value=st.none() | st.integers(-(2**63), 2**63 - 1)
+    ),
+    "custom_p50_latency": st.builds(
+        PercentileLatency, name=st.text(max_size=5), sketch_bytes=st.binary(max_size=24)
+    ),
+}
+metrics = st.one_of(
+    *(
+        st.builds(
+            Metric,
+            labels=st.lists(st.builds(Label, name=st.text(max_size=5), value=st.text(max_size=5))),
+            partition=st.none() | u64,
+            **{kind: value},
+        )
+        for kind, value in metric_values.items()
+    )
+)
+worker_messages = st.one_of(
+    st.builds(
+        WorkerToCoordinatorMsg,
+        task_metrics=st.builds(
+            TaskMetrics,
+            pre_order_plan_metrics=st.lists(
+                st.builds(MetricsSet, metrics=st.lists(metrics, max_size=3)), max_size=3
+            ),
+            task_metrics=st.none() | st.builds(MetricsSet, metrics=st.lists(metrics, max_size=3)),
+        ),
+    ),
+    st.builds(
+        WorkerToCoordinatorMsg,
+        task_error=st.builds(
+            ErrorDetail,
+            code=st.sampled_from(ErrorCode),
+            message=st.text(max_size=10),
+            task_key=st.none() | st.builds(TaskKey, query_id=st.binary(max_size=4), stage_id=u64),
+        ),
+    ),
+    st.builds(
+        WorkerToCoordinatorMsg,
+        partitions_read=st.builds(PartitionsRead, partitions=st.lists(u64, max_size=5)),
+    ),
+)
+
+
+@given(worker_messages)
+def test_every_well_formed_message_parses_as_betterproto2_encoded_it(
+    message: WorkerToCoordinatorMsg,
+) -> None:
+    assert parse_strict(WorkerToCoordinatorMsg, bytes(message)) == message
+
+
+@given(worker_messages, st.data())
+def test_damaged_messages_are_refused_or_parse_to_the_promised_types(
+    message: WorkerToCoordinatorMsg, data: st.DataObject
+) -> None:
+    """The wire check alone guarantees the types: no field of a parsed message may hold
+    anything but what its proto type promises, whatever bytes came."""
+    encoded = bytearray(bytes(message))
+    for _ in range(data.draw(st.integers(1, 4))):
+        if not encoded:
+            break
+        at = data.draw(st.integers(0, len(encoded) - 1))
+        encoded[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):
+        del encoded[data.draw(st.integers(0, len(encoded))) :]
+    parsed = outcome(parse_strict, WorkerToCoordinatorMsg, bytes(encoded))
+    if isinstance(parsed, InvalidArgument):
+        assert parsed.message.startswith("WorkerToCoordinatorMsg")
+    else:
+        assert _type_problem(parsed, "WorkerToCoordinatorMsg") is None
+
+
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes_are_refused_or_parse_to_the_promised_types(data: bytes) -> None:
+    for message in (WorkerToCoordinatorMsg, ExecuteTaskRequest, PlanNode):
+        parsed = outcome(parse_strict, message, data)
+        if not isinstance(parsed, InvalidArgument):
+            assert _type_problem(parsed, message.__name__) is None
+
+
+def test_the_type_oracle_of_these_properties_does_catch_a_misplaced_value() -> None:
+    lenient = ExecuteTaskRequest.parse(b"\x08\x05")  # betterproto2 alone: an int for a message
+    assert _type_problem(lenient, "ExecuteTaskRequest") is not None

@@ -300,7 +300,7 @@ def test_bad_calls_are_logged_a_line_each_at_a_bounded_rate() -> None:
     assert lines, log
     assert lines[0].endswith(
         "failed: INVALID_ARGUMENT: malformed request message:"
-        " Ticket.ticket should be bytes, got int"
+        " Ticket.ticket should be bytes, got a varint"
     )
     assert DEFAULT_BURST <= len(lines) < 40, lines
     assert "Traceback" not in log, log

@@ -29,7 +29,6 @@ from flightfeed._generated.flightfeed.v1 import (
     ExecuteTaskRequest,
     FlightAppMetadata,
     MetricsSet,
-    WorkerToCoordinatorMsg,
 )
 from flightfeed.errors import (
     Cancelled,
@@ -41,6 +40,7 @@ from flightfeed.errors import (
     ResourceExhausted,
     UnknownUdfError,
 )
+from flightfeed.flight.grpc import RawBytes
 from flightfeed.flight.streams import FlightDataReader
 from flightfeed.plan import MemoryScan, Projection, call, col, partition_ids
 from flightfeed.plan.functions import BUILTINS
@@ -308,7 +308,7 @@ async def test_bad_input_channel_without_set_plan() -> None:
             "CoordinatorChannel",
             Cardinality.STREAM_STREAM,
             CoordinatorToWorkerMsg,
-            WorkerToCoordinatorMsg,
+            RawBytes,  # GrpcTaskChannel decodes the worker's messages itself
             None,
             path="/flightfeed.v1.WorkerService/",
         ) as stream:

@@ -1,7 +1,8 @@
 """A dispatcher wired to an inbox through an in-memory channel, as a CoordinatorChannel is.
 
 Batches go one way and credits the other, both through bounded memory streams and both as
-serialized CoordinatorToWorkerMsg / WorkerToCoordinatorMsg bytes, so the wire form is exercised.
+serialized CoordinatorToWorkerMsg / WorkerToCoordinatorMsg bytes, so the wire form is exercised
+(credits through the hand-written codec the gRPC channel uses).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from flightfeed._generated.flightfeed.v1 import (
 )
 from flightfeed.feeds import FeedAssignment, FeedDispatcher, FeedInbox
 from flightfeed.plan import BUILTINS, TaskContext
+from flightfeed.protocol.channel_wire import decode_worker_message, encode_worker_message
 from flightfeed.testing.feeds import Waiters
 
 
@@ -78,12 +80,13 @@ async def feed_link(
         async def worker_credits() -> None:
             async with to_coord_send:
                 async for credits in inbox.credit_grants:
-                    await to_coord_send.send(bytes(WorkerToCoordinatorMsg(feed_credits=credits)))
+                    message = WorkerToCoordinatorMsg(feed_credits=credits)
+                    await to_coord_send.send(encode_worker_message(message))
 
         async def coordinator_receive() -> None:
             async with to_coord_recv:
                 async for raw in to_coord_recv:
-                    dispatcher.grant(WorkerToCoordinatorMsg.parse(raw).feed_credits)
+                    dispatcher.grant(decode_worker_message(raw, 1 << 20).feed_credits)
                     link.waiters.check()
 
         tg.start_soon(worker_receive)

@@ -74,3 +74,19 @@ def test_the_sketch_is_sorted_and_one_quantile_step_per_point() -> None:
     assert len(sketch) == 101
     assert (np.diff(sketch.astype(np.int64)) >= 0).all()
     assert abs(int(sketch[50]) - 5000) <= 5000 * RELATIVE_ERROR
+
+
+@settings(max_examples=200)
+@given(values=st.lists(st.integers(-(2**40), 2**63 - 1), min_size=1, max_size=300))
+def test_a_small_histogram_reads_its_staged_samples_as_the_folded_one_does(
+    values: list[int],
+) -> None:
+    """Few samples are read without numpy: same buckets, so the same sketch and quantiles."""
+    staged, folded = LatencyHistogram(), LatencyHistogram()
+    for value in values:
+        staged.add(value)
+    folded.add_many(values)
+    assert staged.count == folded.count == len(values)
+    assert staged.sketch() == folded.sketch()
+    assert staged.sketch(7) == folded.sketch(7)
+    assert staged.percentiles() == folded.percentiles()

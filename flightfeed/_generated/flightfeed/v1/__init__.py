@@ -1066,6 +1066,9 @@ default_message_pool.register_message("flightfeed.v1", "PartitionsRead", Partiti
 class PercentileLatency(betterproto2.Message):
     """
     sketch_bytes: flightfeed encodes sorted latency samples as packed little-endian uint64.
+    A sketch holds the whole distribution, so flightfeed sends each one once, as
+    custom_p50_latency, and reads p95 and p99 from it too; a sketch under custom_p75/p95/p99
+    (the reference repeats it once per percentile shown) is read the same way.
     """
 
     name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
