@@ -22,14 +22,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import anyio
 from _common import result_line, worker_process_pid
 
 from flightfeed.coordinator import Coordinator, StaticWorkerResolver
+from flightfeed.flight.idle_release import DEFAULT_QUIET_SECONDS
 from flightfeed.testing.feeds import unit_coordinator_options
 from flightfeed.testing.load import Snapshot, burst, sequential, snapshot
 
 SESSION_BUILDER = "flightfeed.testing.feeds:unit_session_builder"
 RSS_GROWTH_LIMIT = 0.10
+SETTLE_SECONDS = DEFAULT_QUIET_SECONDS + 1.0
+"""Quiet time before the last snapshot: processes hand freed memory back after
+DEFAULT_QUIET_SECONDS without queries (flight/idle_release.py)."""
 SLACK = 8
 """Event-loop tasks and open files a snapshot may differ by without a leak (calls and
 connections still closing); a leak grows with the queries, by hundreds here."""
@@ -99,6 +104,7 @@ async def load(
         elapsed = time.perf_counter() - started
         print(f"{concurrent:,} concurrent queries in {elapsed:.1f} s")
         await sequential(c, 1)  # an ordinary query after the burst: extra connections close
+        await anyio.sleep(SETTLE_SECONDS)  # quiet: coordinator and workers release freed memory
         end = await snapshot(c, workers)
         show("end", end)
     problems = check(start, middle) + check(start, end)

@@ -31,6 +31,20 @@ class Admission:
         self.max_queued = max_queued
         self.running = 0
         self._waiting: deque[anyio.Event] = deque()
+        self._changed = anyio.Event()
+
+    @property
+    def busy(self) -> bool:
+        """Whether any query runs or waits."""
+        return bool(self.running or self._waiting)
+
+    async def changed(self) -> None:
+        """Wait until a query takes or gives back a slot."""
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
 
     @property
     def queued(self) -> int:
@@ -41,6 +55,7 @@ class Admission:
         """Take a slot, waiting behind earlier arrivals; ResourceExhausted if the queue is full."""
         if self.limit is None or (self.running < self.limit and not self._waiting):
             self.running += 1
+            self._notify()
             await anyio.lowlevel.checkpoint()
             return
         if self.max_queued is not None and len(self._waiting) >= self.max_queued:
@@ -51,6 +66,7 @@ class Admission:
             )
         turn = anyio.Event()
         self._waiting.append(turn)
+        self._notify()
         try:
             await turn.wait()
         except BaseException:
@@ -58,6 +74,7 @@ class Admission:
                 self.release()  # handed a slot while being cancelled: pass it on
             else:
                 self._waiting.remove(turn)
+                self._notify()
             raise
 
     def release(self) -> None:
@@ -66,3 +83,4 @@ class Admission:
             self._waiting.popleft().set()  # the slot passes on: `running` is unchanged
         else:
             self.running -= 1
+        self._notify()

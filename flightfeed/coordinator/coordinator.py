@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import AsyncExitStack, suppress
+from functools import partial
 from types import TracebackType
 from typing import Any, Final, TypeAlias
 
@@ -27,6 +28,7 @@ from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
 
 from ..errors import Cancelled, NotFound
 from ..feeds import FeedRegistry, WorkUnitFeedProvider
+from ..flight.idle_release import DEFAULT_QUIET_SECONDS, release_when_idle
 from ..plan.base import ExecutionPlan, closing
 from ..plan.codec import CodecRegistry, encode_plan
 from ..plan.execution import open_task_context
@@ -136,10 +138,13 @@ class Coordinator:
         metrics: MetricsStore | None = None,
         max_concurrent_queries: int | None = DEFAULT_MAX_CONCURRENT_QUERIES,
         max_queued_queries: int | None = None,
+        release_memory_after: float | None = DEFAULT_QUIET_SECONDS,
     ) -> None:
         """`max_concurrent_queries` run at once (None: no limit), held ones included; the
         others wait in a queue of at most `max_queued_queries` (None: unbounded), and a query
-        arriving at a full queue fails with ResourceExhausted (see admission.py)."""
+        arriving at a full queue fails with ResourceExhausted (see admission.py). After
+        `release_memory_after` seconds without queries, freed memory goes back to the operating
+        system (flight/idle_release.py; None: never)."""
         self.resolver = resolver
         self.session = session if session is not None else SessionStateBuilder().build()
         self.codecs = codecs if codecs is not None else self.session.codecs
@@ -166,6 +171,7 @@ class Coordinator:
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self._next_worker = 0
+        self._release_memory_after = release_memory_after
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -175,6 +181,17 @@ class Coordinator:
                 stack.push_async_callback(self.channels.aclose)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._tg.cancel_scope.cancel)  # leaving cancels running queries
+            if self._release_memory_after is not None:
+                admission = self.admission
+                self._tg.start_soon(
+                    partial(
+                        release_when_idle,
+                        lambda: admission.busy,
+                        admission.changed,
+                        delay=self._release_memory_after,
+                    ),
+                    name="idle memory release",
+                )
             self._stack = stack.pop_all()
         return self
 

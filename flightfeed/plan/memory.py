@@ -15,6 +15,7 @@ worker threads.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from types import TracebackType
@@ -212,7 +213,7 @@ def parse_memory_size(text: str) -> int:
         ) from None
     if percent and number > 100:
         raise InvalidArgument(f"a share of the machine's memory is at most 100%, got {text!r}")
-    size = int(number * scale) if number == number else 0  # NaN is no size
+    size = int(number * scale) if math.isfinite(number) else 0  # NaN and infinity are not sizes
     if size < 1:
-        raise InvalidArgument(f"a memory size must be positive, got {text!r}")
+        raise InvalidArgument(f"a memory size must be positive and finite, got {text!r}")
     return size

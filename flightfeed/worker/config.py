@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..flight.connection_limits import ConnectionLimits
+from ..flight.idle_release import DEFAULT_QUIET_SECONDS
 from ..flight.keepalive import WORKER_SERVER_KEEPALIVE, KeepalivePolicy
 from ..plan.memory import default_memory_limit
 
@@ -37,6 +38,8 @@ class WorkerConfig:
     memory_limit: bytes every task together may hold (the worker's memory pool); a task's own
         limit is its session's memory budget, if lower. None: unbounded. Default: half the
         machine's (or cgroup's) memory.
+    release_memory_after: seconds without tasks after which the worker hands freed memory back
+        to the operating system (a burst's peak would otherwise stay resident; None: never).
     """
 
     plan_wait_timeout: float = 10.0
@@ -53,6 +56,7 @@ class WorkerConfig:
     keepalive: KeepalivePolicy | None = WORKER_SERVER_KEEPALIVE
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     memory_limit: int | None = field(default_factory=default_memory_limit)
+    release_memory_after: float | None = DEFAULT_QUIET_SECONDS
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl", "fanout_claim_timeout"):
@@ -70,3 +74,5 @@ class WorkerConfig:
             raise ValueError("WorkerConfig buffers and limits must be at least 1")
         if self.memory_limit is not None and self.memory_limit < 1:
             raise ValueError("WorkerConfig.memory_limit must be positive (or None)")
+        if self.release_memory_after is not None and not self.release_memory_after > 0:
+            raise ValueError("WorkerConfig.release_memory_after must be positive (or None)")

@@ -7,10 +7,12 @@ With `in_process=True` there is no port: the worker registers its handlers under
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any
 
 import anyio
 
+from ..flight.idle_release import release_when_idle
 from ..flight.server import FlightServer
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE
 from ..protocol import inprocess
@@ -97,7 +99,18 @@ class Worker:
                 await self._server.start()
                 stack.push_async_callback(self._server.close)
                 self.state.location = self._advertised_url or self._server.location
-            tg.start_soon(self.state.registry.reap_idle, name="idle task reaper")
+            registry = self.state.registry
+            tg.start_soon(registry.reap_idle, name="idle task reaper")
+            if self.config.release_memory_after is not None:
+                tg.start_soon(
+                    partial(
+                        release_when_idle,
+                        lambda: len(registry) > 0,
+                        registry.changed,
+                        delay=self.config.release_memory_after,
+                    ),
+                    name="idle memory release",
+                )
             self._stack = stack.pop_all()
         return self
 

@@ -180,3 +180,35 @@ def test_end_call_sends_the_status_then_resets(responded: bool) -> None:
     assert status["grpc-message"] == "too slow: 5 bytes/s"
     (reset,) = [e for e in events if isinstance(e, h2.events.StreamReset)]
     assert reset.error_code == 0  # NO_ERROR: stop sending, the answer is above
+
+
+async def test_a_finished_call_leaves_its_connection_handler() -> None:
+    """grpclib swept finished calls only every tenth new call: after a burst the last ones, with
+    their streams and results, stayed for as long as the connection (2,000 after a burst of
+    1,000 queries)."""
+    service = _Echo()
+    service.release.set()
+    server = GrpcServer([service])
+    sock = internals.listening_socket("127.0.0.1", 0)
+    await server.start(sock=sock)
+    channel = GrpcChannel("127.0.0.1", sock.getsockname()[1])
+    try:
+
+        async def call() -> None:
+            async with channel.request(
+                METHOD, Cardinality.UNARY_UNARY, RawBytes, RawBytes
+            ) as stream:
+                await stream.send_message(RawBytes(b"x"), end=True)
+                assert await stream.recv_message() == b"x"
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(25):  # not a multiple of grpclib's sweep interval
+                tg.start_soon(call)
+        await anyio.wait_all_tasks_blocked()  # the calls' server tasks have run to their end
+        (handler,) = internals.server_handlers(server)
+        assert not handler._tasks
+        assert not handler._cancelled
+    finally:
+        channel.close()
+        server.close()
+        await server.wait_closed()
