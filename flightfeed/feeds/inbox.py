@@ -14,6 +14,12 @@ Replayable inboxes (`replay_limit`) keep every unit a consumer took, per partiti
 limit: a partition may then be read again (a retried Spark task) and yields the same units in
 the same order, the logged ones first, then the live ones where the last reader left off. A
 reader that leaves early does not end its partition: the next one continues it.
+
+Memory: with `reserve_from`, the units' bytes are reserved from the task's memory (the
+worker's pool) as they arrive, before they are kept, and given back as consumers take them;
+a replay log keeps its reservation until the task ends, or until it passes the replay limit and
+is dropped. Credits bound the units; this bounds their bytes: a batch the budget cannot hold
+fails the task with RESOURCE_EXHAUSTED naming the feed inbox.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from .._generated.flightfeed.v1 import (
     WorkUnitBatch,
 )
 from ..errors import FeedError, FlightfeedError, InvalidArgument
+from ..plan.memory import MemoryReservation
 from ..protocol.errors import from_detail
 from .codec import DecodedRun, decode_batch
 from .latency import LatencyHistogram, Percentiles
@@ -83,7 +90,9 @@ class _Slot:
         "feed_id",
         "finished",
         "front_taken",
+        "held",
         "log",
+        "log_bytes",
         "log_dropped",
         "partition",
         "pending_grant",
@@ -110,7 +119,9 @@ class _Slot:
         self.finished = False  # the consumer is gone: read the end, failed or stopped early
         self.completed = False  # a consumer read the partition to its end
         self.log: list[ReceivedUnit] | None = None  # replayable: every unit taken so far
+        self.log_bytes = 0  # bytes of the runs taken into the log (reserved until it goes)
         self.log_dropped = False
+        self.held = 0  # bytes of the runs buffered (reserved while they are)
         self.waiter: anyio.Event | None = None
         self.received_latency = LatencyHistogram()
         self.processed_latency = LatencyHistogram()
@@ -215,6 +226,7 @@ class FeedInbox:
         self._slots: dict[tuple[bytes, int], _Slot] = {}
         self._open = 0  # slots whose consumer has not finished
         self._failure: FeedError | None = None
+        self._memory: MemoryReservation | None = None
         self.credit_grants = CreditGrants()
         total = 0
         self._feeds: set[bytes] = set()
@@ -249,6 +261,14 @@ class FeedInbox:
         """The inbox for a SetPlanRequest's `work_unit_feed_declarations`."""
         pairs = [(d.id, d.partitions) for d in declarations]
         return cls(pairs, credits=credits, replay_limit=replay_limit)
+
+    def reserve_from(self, memory: MemoryReservation) -> None:
+        """Reserve buffered units' bytes (and replay logs') from `memory` from now on."""
+        self._memory = memory
+
+    def _release(self, nbytes: int) -> None:
+        if self._memory is not None:
+            self._memory.shrink(nbytes)
 
     # -- channel side ------------------------------------------------------------------------
 
@@ -289,6 +309,8 @@ class FeedInbox:
             if slot.ended or slot.error is not None or slot in closing:
                 raise FeedError(f"protocol violation: {slot} ended twice")
             closing[slot] = err
+        if self._memory is not None:  # the last check: reserve, or change nothing
+            self._memory.grow(sum(len(run.bodies) for slot, run in runs if not slot.finished))
         for slot, run in runs:
             n = len(run)
             slot.available -= n
@@ -297,6 +319,7 @@ class FeedInbox:
             if not slot.finished:
                 slot.runs.append((run, received_ns))
                 slot.buffered += n
+                slot.held += len(run.bodies)
             slot.wake()
         for slot, err in closing.items():
             if err is None:
@@ -326,6 +349,8 @@ class FeedInbox:
         self._failure = failure
         self.credit_grants._close(drop=True)
         for slot in self._slots.values():
+            self._release(slot.held)
+            slot.held = 0
             slot.runs.clear()
             slot.front_taken = 0
             slot.buffered = 0
@@ -374,17 +399,17 @@ class FeedInbox:
             )
         if slot is None:
             raise FeedError(f"feed {feed_id.hex()} partition {partition} is not declared here")
+        if slot.log_dropped:
+            raise FeedError(
+                f"{slot} cannot be read again: it took more than {self.replay_limit} units,"
+                " past the replay limit (raise it to replay longer partitions)"
+            )
         if slot.claimed and slot.log is not None:
             raise FeedError(f"{slot} is being read: a concurrent second read cannot be replayed")
         if slot.claimed:
             raise FeedError(f"{slot} already has a consumer")
         if self._failure is not None:
             raise self._failure
-        if slot.log_dropped:
-            raise FeedError(
-                f"{slot} cannot be read again: it took more than {self.replay_limit} units,"
-                " past the replay limit (raise it to replay longer partitions)"
-            )
         slot.claimed = True
         return slot
 
@@ -438,6 +463,8 @@ class FeedInbox:
                         if len(log) > (self.replay_limit or 0):
                             log = slot.log = None  # bounded memory beats replayability
                             slot.log_dropped = True
+                            self._release(slot.log_bytes)
+                            slot.log_bytes = 0
                     slot.front_taken = i + 1
                     if full:
                         yield ReceivedUnit(body, created[i], sent_ns, received_ns, now)
@@ -447,10 +474,15 @@ class FeedInbox:
                         yield body
                 slot.runs.popleft()
                 slot.front_taken = 0
+                slot.held -= len(bodies)
+                if log is not None:  # its units live on in the log, and so does the reservation
+                    slot.log_bytes += len(bodies)
+                else:
+                    self._release(len(bodies))
         finally:
-            if slot.log is not None or slot.log_dropped:
+            if slot.log is not None:
                 self._leave(slot, complete=complete)
-            else:
+            else:  # read once (or past the replay limit): nobody can read it again
                 self._finish(slot)
 
     def _leave(self, slot: _Slot, *, complete: bool) -> None:
@@ -485,6 +517,8 @@ class FeedInbox:
         if slot.finished:
             return
         slot.finished = True
+        self._release(slot.held)
+        slot.held = 0
         slot.runs.clear()
         slot.front_taken = 0
         slot.buffered = 0

@@ -47,6 +47,7 @@ from .errors import PLAIN_ERRORS, ErrorMapping
 from .grpc import GrpcChannel, RawBytes
 from .internals import (
     call_wrapper,
+    mark_request_ended,
     raw_status,
     raw_stream,
     raw_trailing_headers,
@@ -125,6 +126,10 @@ def status_checker(stream: grpclib.client.Stream[Any, Any], errors: ErrorMapping
     """An end-of-stream hook that raises the call's error status as a FlightfeedError."""
 
     async def check() -> None:
+        if not request_ended(stream):
+            # The server ended the call while we could still send (it refused a stream
+            # midway): its status is the answer, and grpclib would refuse to read it.
+            mark_request_ended(stream)
         try:
             await stream.recv_trailing_metadata()
         except GRPCError as exc:

@@ -43,7 +43,13 @@ from ..flight.client import (
 from ..flight.codec import grpc_message
 from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes
-from ..flight.internals import call_wrapper, mark_request_ended, raw_stream, request_sent
+from ..flight.internals import (
+    call_wrapper,
+    mark_request_ended,
+    raw_stream,
+    request_ended,
+    request_sent,
+)
 from ..flight.keepalive import KeepalivePolicy
 from ..flight.streams import FlightDataReader
 from ..flight.wakeup import cancel_baseline
@@ -108,6 +114,8 @@ class GrpcTaskChannel(MetricsWaiter):
         if self._closed:
             return
         self._closed = True
+        if request_ended(self._stream):
+            return  # the worker ended the call first, and its status was read
         if raw_stream(self._stream).closable:
             # Bounded: a worker that stopped reading must not hold the caller forever.
             with (

@@ -17,7 +17,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._generated.flightfeed.v1 import ExecuteTaskRequest, Metric, MetricsSet, NamedTime
-from ..errors import Cancelled, ErrorOrigin, InvalidArgument
+from ..errors import Cancelled, ErrorOrigin, FlightfeedError, InvalidArgument
 from ..plan.base import ExecutionPlan, TaskContext, embedded_bytes
 from ..plan.memory import TaskMemory
 from ..plan.metrics import MetricsRegistry, instrument
@@ -77,6 +77,8 @@ class Task:
         self.last_activity = time.monotonic()
         self.done = anyio.Event()
         self.cancel_reason: str | None = None
+        self.failure: FlightfeedError | None = None
+        """Why the task failed, when it was not cancelled from outside (the budget ran out)."""
 
     def reserve_plan_data(self) -> None:
         """Reserve the data the plan carries (decoded MemoryScans): held as long as the task."""
@@ -156,11 +158,13 @@ class Task:
         """Replayable: the coordinator released the task; it reports its metrics and ends."""
         self.done.set()
 
-    def cancel(self, reason: str) -> None:
-        """Stop everything this task runs; consumers fail with Cancelled."""
+    def cancel(self, reason: str, failure: FlightfeedError | None = None) -> None:
+        """Stop everything this task runs; consumers fail with Cancelled, and the task's
+        channel with `failure` if given."""
         if self.cancel_reason is not None or self.done.is_set():
             return
         self.cancel_reason = reason
+        self.failure = failure
         for scope in self._consumer_scopes:
             scope.cancel()
         self.done.set()

@@ -70,6 +70,8 @@ async def coordinator_channel(
 ) -> None:
     opened = await open_task(state, headers, await _first_message(inbound))
     task = await run_task(state, opened, inbound, send, accepted)
+    if task.failure is not None:
+        raise task.failure.locate(task.origin)
     if task.cancel_reason is not None:
         raise Cancelled(f"task {task.key} {_outcome(task)}", origin=task.origin)
 
@@ -186,6 +188,7 @@ async def run_task(
         )
         if inbox is not None:
             task.ctx.extensions[FEED_INBOX_KEY] = inbox
+            inbox.reserve_from(task.ctx.memory.reservation("feed inbox"))
         try:
             task.reserve_plan_data()
         except BaseException:
@@ -221,6 +224,10 @@ async def _watch_control(
         await _control_messages(inbound, task, inbox)
     except anyio.get_cancelled_exc_class():
         raise
+    except ResourceExhausted as exc:  # the units did not fit the task's memory
+        if inbox is not None:
+            inbox.fail(exc)
+        task.cancel(str(exc), failure=exc)
     except Exception as exc:
         if inbox is not None:
             inbox.fail(exc)

@@ -5,6 +5,7 @@ memory stays where it was, and the worker keeps serving (its reservations are re
 from __future__ import annotations
 
 import subprocess
+import uuid
 from collections.abc import Iterator
 
 import anyio
@@ -14,11 +15,31 @@ import pytest
 from helpers.worker_plans import new_key, none_request, set_plan
 from helpers.worker_process import resident_bytes, worker_process
 
-from flightfeed._generated.flightfeed.v1 import MemoryScanNode, PlanNode, SetPlanRequest
+from flightfeed._generated.flightfeed.v1 import (
+    MemoryScanNode,
+    PlanNode,
+    SetPlanRequest,
+    SetPlanRequestWorkUnitFeedDeclaration,
+    TaskKey,
+    WorkUnitBatch,
+)
 from flightfeed.errors import ResourceExhausted
-from flightfeed.plan import HashJoin, MemoryScan, Projection, Sort, SortKey, call, col, lit
+from flightfeed.feeds.codec import UnitRun, encode_batch
+from flightfeed.plan import (
+    CodecRegistry,
+    HashJoin,
+    MemoryScan,
+    Projection,
+    Sort,
+    SortKey,
+    call,
+    col,
+    encode_plan,
+    lit,
+)
 from flightfeed.plan.base import ExecutionPlan
 from flightfeed.protocol import WorkerClient
+from flightfeed.testing.feeds import UnitProvider, UnitScanCodec, unit_scan
 
 MiB = 1 << 20
 LIMIT = 256 * MiB
@@ -47,6 +68,21 @@ async def set_plan_only(location: str, request: SetPlanRequest) -> None:
 async def run_plan(location: str, plan: ExecutionPlan) -> pa.Table:
     request = await anyio.to_thread.run_sync(set_plan, plan, new_key())  # 64 MiB plans
     return await run_task(location, request)
+
+
+def feed_task() -> tuple[bytes, SetPlanRequest]:
+    """A task reading a feed of one partition that nobody reads."""
+    node = unit_scan(UnitProvider([1]))
+    codecs = CodecRegistry.builtin().with_codec(UnitScanCodec())
+    request = SetPlanRequest(
+        task_key=TaskKey(query_id=uuid.uuid4().bytes, stage_id=1),
+        task_count=1,
+        plan_proto=encode_plan(node, codecs),
+        work_unit_feed_declarations=[
+            SetPlanRequestWorkUnitFeedDeclaration(id=node.feed.id, partitions=1)
+        ],
+    )
+    return node.feed.id, request
 
 
 def zstd_memory_scan(rows: int) -> SetPlanRequest:
@@ -134,3 +170,32 @@ async def test_a_join_reserves_its_output_before_acero_builds_it(
     assert joined.num_rows == 300 * 300
     ordered = await run_plan(location, sortable(64 * MiB))  # scan + buffers + sorted copy
     assert ordered.num_rows == 8 * MiB
+
+
+async def send_and_wait(
+    client: WorkerClient, request: SetPlanRequest, batches: list[WorkUnitBatch]
+) -> None:
+    async with client.open_task(request) as channel:
+        for batch in batches:
+            await channel.send_work_units(batch)
+        await channel.wait_metrics()
+
+
+def test_feed_units_are_held_within_the_memory_limit() -> None:
+    """Credits bound a partition's units, not their bytes: three batches of 24 MiB for a
+    partition nobody reads were all kept. The third is refused now, naming the feed inbox."""
+    feed_id, request = feed_task()
+    batch = encode_batch([UnitRun(feed_id, 0, [bytes(2 * MiB)] * 12, [1] * 12)], 1)
+
+    async def scenario(location: str) -> None:
+        async with WorkerClient(location) as client:
+            with pytest.raises(ResourceExhausted) as refused:
+                await send_and_wait(client, request, [batch] * 3)
+            message = str(refused.value)
+            assert "feed inbox of task" in message
+            assert "asked for 24.0 MiB (25165824 bytes) more; the task holds 48.0 MiB" in message
+            assert (await client.worker_info()).tasks == 0
+
+    builder = "helpers.feed_scan:feed_session_builder"
+    with worker_process("--memory-limit", "64MiB", "--session-builder", builder) as (_, location):
+        anyio.run(scenario, location)
