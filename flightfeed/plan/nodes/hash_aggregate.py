@@ -4,13 +4,19 @@ PARTIAL emits mergeable states (columns `name[label]`, one row per group per par
 FINAL over a Coalesce or a Repartition by the group keys merges and finishes; SINGLE does both
 in one node. Like every node it keeps its input's partitioning: each partition is aggregated on
 its own, so SINGLE needs one input partition or an input partitioned by the keys. Build PARTIAL
-and FINAL with the same keys and aggregates. Incoming batches are reduced to states as they
-arrive and states are re-merged every few batches, so memory is bounded by the number of
-groups, not the number of rows.
+and FINAL with the same keys and aggregates.
+
+Incoming batches are coalesced up to COALESCE_ROWS rows (or COALESCE_BYTES) and each run is
+reduced to states in one Acero call, as DataFusion's CoalesceBatchesExec feeds its aggregates:
+one Acero call costs more than aggregating a hundred rows, and feeds deliver a batch per work
+unit (a partition of 20 units of 100 rows took 22 calls, now one). States are re-merged every
+few runs, so memory is bounded by the groups and one run, not by the rows; a single state of a
+type-preserving merge needs no merge at all.
 """
 
 from __future__ import annotations
 
+import copy
 import enum
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
@@ -44,7 +50,12 @@ from ..memory import MemoryReservation
 from ..offload import run_compute
 
 MERGE_EVERY_BATCHES = 16
+"""States kept before they are merged into one (each is at most the groups of one run)."""
 OUTPUT_BATCH_ROWS = 65536
+COALESCE_ROWS = 65536
+"""Input rows reduced to states in one Acero call."""
+COALESCE_BYTES = 16 * 1024 * 1024
+"""...or input bytes, whichever comes first: wide rows reach it long before COALESCE_ROWS."""
 
 
 class AggregateMode(enum.Enum):
@@ -90,9 +101,14 @@ class HashAggregate(UnaryNode):
         empty = pa.RecordBatch.from_arrays(
             [pa.array([], type=f.type) for f in child.schema], schema=child.schema
         )
-        self._schema = self._finish(
-            self._merge(self._to_states(empty, functions, infer=True), infer=True)
-        ).schema
+        states = self._to_states(empty, functions, infer=True)
+        merged = self._merge(states, infer=True)
+        self._schema = self._finish(merged).schema
+        # One call's states are already grouped: merging them again changes nothing, unless
+        # merging changes their types (FINAL's states are its input rows, never grouped yet).
+        self._one_state_is_merged = mode is not AggregateMode.FINAL and states.schema.equals(
+            merged.schema
+        )
 
     def _state_columns(self) -> list[str]:
         return [s for names in self._states for s in names]
@@ -103,8 +119,13 @@ class HashAggregate(UnaryNode):
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)
+        child = children[0]
+        if child.schema.equals(self.child.schema):  # the planner's usual case: nothing to infer
+            node = copy.copy(self)
+            node.child = child
+            return node
         return HashAggregate(
-            children[0], self.group_by, self.aggregates, mode=self.mode, functions=self._functions
+            child, self.group_by, self.aggregates, mode=self.mode, functions=self._functions
         )
 
     def _runs_user_code(self, functions: FunctionRegistry) -> bool:
@@ -118,27 +139,34 @@ class HashAggregate(UnaryNode):
         user_code = self._runs_user_code(ctx.session)
         with ctx.memory.reservation(self.name) as held:
             states: list[pa.Table] = []
-            since_merge = 0
+            run: list[pa.RecordBatch] = []
+            run_rows = run_bytes = 0
             async with closing(self.child.execute(partition, ctx)) as stream:
                 async for batch in stream:
                     if not batch.num_rows:
                         continue
-                    consume = partial(self._to_states, batch, ctx.session)
-                    held.grow(batch.nbytes)  # a batch's states are at most about its size
-                    state = await run_compute(ctx, batch.nbytes, consume, user_code=user_code)
-                    held.shrink(batch.nbytes)
-                    held.grow(state.nbytes)
-                    states.append(state)
-                    since_merge += 1
-                    if since_merge >= MERGE_EVERY_BATCHES:
-                        states, since_merge = [await self._merge_held(states, held, ctx)], 0
+                    held.grow(batch.nbytes)  # kept until its run is reduced
+                    run.append(batch)
+                    run_rows += batch.num_rows
+                    run_bytes += batch.nbytes
+                    if run_rows >= COALESCE_ROWS or run_bytes >= COALESCE_BYTES:
+                        states.append(await self._reduce(run, held, ctx, user_code))
+                        run, run_rows, run_bytes = [], 0, 0
+                        if len(states) >= MERGE_EVERY_BATCHES:
+                            states = [await self._merge_held(states, held, ctx)]
+            if run:
+                states.append(await self._reduce(run, held, ctx, user_code))
+                del run
             if not states:  # no rows: a global aggregate still yields its one row
                 empty = pa.RecordBatch.from_arrays(
                     [pa.array([], type=f.type) for f in self.child.schema],
                     schema=self.child.schema,
                 )
                 states = [self._to_states(empty, ctx.session)]
-            merged = await self._merge_held(states, held, ctx)
+            if len(states) == 1 and self._one_state_is_merged:
+                merged = states[0]
+            else:
+                merged = await self._merge_held(states, held, ctx)
             del states
             held.grow(merged.nbytes)
             finish = partial(self._finish, merged)
@@ -147,6 +175,23 @@ class HashAggregate(UnaryNode):
             del merged
             for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
                 yield batch
+
+    async def _reduce(
+        self,
+        run: list[pa.RecordBatch],
+        held: MemoryReservation,
+        ctx: TaskContext,
+        user_code: bool,
+    ) -> pa.Table:
+        """A coalesced run of batches (reserved in `held`) to states, in one call; the run's
+        reservation passes to the states."""
+        batch = run[0] if len(run) == 1 else pa.concat_batches(run)
+        run_bytes = sum(b.nbytes for b in run)
+        consume = partial(self._to_states, batch, ctx.session)
+        state = await run_compute(ctx, batch.nbytes, consume, user_code=user_code)
+        held.grow(state.nbytes)  # (briefly both)
+        held.shrink(run_bytes)
+        return state
 
     async def _merge_held(
         self, states: list[pa.Table], held: MemoryReservation, ctx: TaskContext

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flightfeed.errors import ExecutionError, InvalidArgument, UnknownUdfError
 from flightfeed.plan import (
@@ -26,6 +29,7 @@ from flightfeed.plan import (
     lit,
 )
 from flightfeed.plan.functions import PlanSession
+from flightfeed.plan.nodes import hash_aggregate as hash_aggregate_module
 from flightfeed.session import Session, SessionStateBuilder
 
 from .helpers import run, sample_table, sorted_rows
@@ -239,3 +243,70 @@ async def test_failing_udaf_is_execution_error() -> None:
     )
     with pytest.raises(ExecutionError, match="kaboom"):
         await run(plan, session)
+
+
+async def test_small_batches_are_coalesced_into_one_acero_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A feed delivers a batch per work unit: 200 batches of 10 rows took 200 Acero calls and
+    13 merges; a partition's rows now go to Acero in one call, and its one state needs no merge."""
+    table = sample_table(2000)
+    scan = MemoryScan.from_table(table, 1, batch_rows=10)
+    plan = HashAggregate(scan, [(col("k"), "k")], AGGREGATES, mode=AggregateMode.PARTIAL)
+    calls: list[int] = []
+    real = getattr(hash_aggregate_module, "group_aggregate")  # noqa: B009 (not exported)
+
+    def counted(table: pa.Table, *args: Any, **kwargs: Any) -> pa.Table:
+        calls.append(table.num_rows)
+        return real(table, *args, **kwargs)
+
+    monkeypatch.setattr(hash_aggregate_module, "group_aggregate", counted)
+    got = await run(plan)
+    assert calls == [2000]
+    final = HashAggregate(
+        MemoryScan.from_table(got, 1), [(col("k"), "k")], AGGREGATES, mode=AggregateMode.FINAL
+    )
+    assert canonical(await run(final), ["k"]) == canonical(expected(table, ["k"]), ["k"])
+
+
+def test_a_new_child_of_the_same_schema_reuses_the_inferred_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planner rebuilds nodes over new children for every query: inference ran Acero twice
+    each time."""
+    table = sample_table(100)
+    plan = HashAggregate(MemoryScan.from_table(table, 1), [(col("k"), "k")], AGGREGATES)
+    monkeypatch.setattr(hash_aggregate_module, "group_aggregate", None)  # any call would fail
+    rebuilt = plan.with_children([MemoryScan.from_table(table, 2)])
+    assert isinstance(rebuilt, HashAggregate)
+    assert rebuilt.schema.equals(plan.schema)
+    assert rebuilt.children[0].output_partitions == 2
+    assert plan.children[0].output_partitions == 1  # the original is untouched
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 60), min_size=0, max_size=30),
+    coalesce_rows=st.integers(1, 200),
+    merge_every=st.integers(1, 5),
+    two_phase_plan=st.booleans(),
+)
+async def test_any_batching_gives_the_one_shot_result(
+    sizes: list[int], coalesce_rows: int, merge_every: int, two_phase_plan: bool
+) -> None:
+    """Whatever the batch sizes, the runs and the merges, the result is pyarrow's own."""
+    table = sample_table(sum(sizes)) if sizes else sample_table(0)
+    batches, start = [], 0
+    for size in sizes:
+        batches.append(table.slice(start, size).combine_chunks().to_batches()[0])
+        start += size
+    scan = MemoryScan(table.schema, [batches])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hash_aggregate_module, "COALESCE_ROWS", coalesce_rows)
+        patch.setattr(hash_aggregate_module, "MERGE_EVERY_BATCHES", merge_every)
+        if two_phase_plan:
+            plan = two_phase(scan, ["k"], AGGREGATES, "coalesce", Session())
+        else:
+            plan = HashAggregate(scan, [(col("k"), "k")], AGGREGATES)
+        got = await run(plan)
+    assert canonical(got, ["k"]) == canonical(expected(table, ["k"]), ["k"])
