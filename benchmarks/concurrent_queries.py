@@ -85,6 +85,12 @@ class Level:
         units = self.completed * UNITS_PER_QUERY
         return self.cpu_seconds / units * 1e6 if units else float("inf")
 
+    @property
+    def coordinator_cpu_per_unit_us(self) -> float:
+        """This process's share of `cpu_per_unit_us` (the rest is the workers')."""
+        units = self.completed * UNITS_PER_QUERY
+        return self.coordinator_cpu / units * 1e6 if units else float("inf")
+
 
 def coordinator(urls: list[str], max_concurrent: int | None) -> Coordinator:
     options: dict[str, Any] = {
@@ -183,11 +189,17 @@ def main() -> None:
         results = run(
             lambda: measure(urls, pids, levels, quota, args.timeout, args.max_concurrent_queries)
         )
-    print(f"{'concurrent':>10} {'queries':>9} {'seconds':>8} {'queries/s':>10} {'CPU µs/unit':>12}")
+    print(
+        f"{'concurrent':>10} {'queries':>9} {'seconds':>8} {'queries/s':>10} {'CPU µs/unit':>12}"
+        f" {'coordinator':>12}"
+    )
     for r in results:
         done = f"{r.completed}/{r.queries}"
         cpu = f"{r.cpu_per_unit_us:.0f}"
-        print(f"{r.concurrency:>10} {done:>9} {r.seconds:>8.2f} {r.rate:>10.1f} {cpu:>12}")
+        own = f"{r.coordinator_cpu_per_unit_us:.0f}"
+        print(
+            f"{r.concurrency:>10} {done:>9} {r.seconds:>8.2f} {r.rate:>10.1f} {cpu:>12} {own:>12}"
+        )
     base = results[0].rate
     top = results[-1]
     finished = not top.timed_out and top.concurrency == levels[-1]

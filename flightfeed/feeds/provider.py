@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import betterproto2
 
+from ..protoencode import encode_message
+
 if TYPE_CHECKING:
     from ..plan.base import TaskContext
 
@@ -47,7 +49,7 @@ def encode_unit(unit: object) -> bytes:
     if isinstance(unit, bytes):
         return unit
     if isinstance(unit, betterproto2.Message):
-        return bytes(unit)
+        return encode_message(unit)
     if isinstance(unit, bytearray | memoryview):
         return bytes(unit)
     raise TypeError(f"a work unit must be a betterproto2 message or bytes, got {type(unit)!r}")

@@ -24,6 +24,7 @@ from hyperframe.frame import GoAwayFrame
 
 from ..errors import ResourceExhausted
 from ..messages import parse_strict
+from ..protoencode import encode_message
 from .connection_guard import ConnectionGuard
 from .connection_limits import ConnectionCount, ConnectionLimits
 from .h2buffer import install as install_streaming_buffer
@@ -65,7 +66,7 @@ class MessageCodec(CodecBase):
             return bytes(message)
         if not isinstance(message, message_type):
             raise TypeError(f"message must be {message_type.__name__}, got {type(message)!r}")
-        return bytes(message)
+        return encode_message(message)
 
     def decode(self, data: bytes, message_type: Any) -> Any:
         if message_type is RawBytes:

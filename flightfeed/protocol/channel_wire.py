@@ -23,6 +23,7 @@ from .._generated.flightfeed.v1 import (
 )
 from ..errors import InvalidArgument
 from ..flight.grpc import parse_message
+from ..protoencode import encode_message
 from ..protowire import WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT, decode_varint, skip_field
 
 _NAME: Final = "WorkerToCoordinatorMsg"
@@ -56,7 +57,7 @@ def encode_worker_message(message: WorkerToCoordinatorMsg) -> bytes:
         return _len_field(_FEED_CREDITS, _encode_credits(value))
     if kind == "partitions_read":
         return _len_field(_PARTITIONS_READ, _encode_reads(value))
-    return bytes(message)
+    return encode_message(message)
 
 
 def _encode_credits(message: FeedCredits) -> bytes:

@@ -54,6 +54,7 @@ from ..flight.keepalive import KeepalivePolicy
 from ..flight.streams import FlightDataReader
 from ..flight.wakeup import cancel_baseline
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE, send_encoded
+from ..protoencode import encode_message
 from .channel import MetricsWaiter
 from .channel_wire import decode_worker_message
 from .errors import TYPED_ERRORS
@@ -143,7 +144,7 @@ async def send_control(
     """Send a control message without blocking the event loop on a large one: it is encoded
     on a worker thread (a SetPlan may carry a big in-memory table) and written zero-copy, as
     FlightData is, instead of being copied into frames by grpclib and h2."""
-    payload = await off_loop(bytes, message, nbytes=size_hint)
+    payload = await off_loop(encode_message, message, nbytes=size_hint)
     if not request_sent(stream):
         await stream.send_request()
     with call_wrapper(stream):

@@ -145,17 +145,18 @@ class HashAggregate(UnaryNode):
                 async for batch in stream:
                     if not batch.num_rows:
                         continue
-                    held.grow(batch.nbytes)  # kept until its run is reduced
+                    nbytes = batch.nbytes  # (pyarrow sums the buffers on every call)
+                    held.grow(nbytes)  # kept until its run is reduced
                     run.append(batch)
                     run_rows += batch.num_rows
-                    run_bytes += batch.nbytes
+                    run_bytes += nbytes
                     if run_rows >= COALESCE_ROWS or run_bytes >= COALESCE_BYTES:
-                        states.append(await self._reduce(run, held, ctx, user_code))
+                        states.append(await self._reduce(run, run_bytes, held, ctx, user_code))
                         run, run_rows, run_bytes = [], 0, 0
                         if len(states) >= MERGE_EVERY_BATCHES:
                             states = [await self._merge_held(states, held, ctx)]
             if run:
-                states.append(await self._reduce(run, held, ctx, user_code))
+                states.append(await self._reduce(run, run_bytes, held, ctx, user_code))
                 del run
             if not states:  # no rows: a global aggregate still yields its one row
                 empty = pa.RecordBatch.from_arrays(
@@ -179,16 +180,16 @@ class HashAggregate(UnaryNode):
     async def _reduce(
         self,
         run: list[pa.RecordBatch],
+        run_bytes: int,
         held: MemoryReservation,
         ctx: TaskContext,
         user_code: bool,
     ) -> pa.Table:
-        """A coalesced run of batches (reserved in `held`) to states, in one call; the run's
-        reservation passes to the states."""
+        """A coalesced run of batches (`run_bytes` of them reserved in `held`) to states, in
+        one call; the run's reservation passes to the states."""
         batch = run[0] if len(run) == 1 else pa.concat_batches(run)
-        run_bytes = sum(b.nbytes for b in run)
         consume = partial(self._to_states, batch, ctx.session)
-        state = await run_compute(ctx, batch.nbytes, consume, user_code=user_code)
+        state = await run_compute(ctx, run_bytes, consume, user_code=user_code)
         held.grow(state.nbytes)  # (briefly both)
         held.shrink(run_bytes)
         return state
