@@ -9,11 +9,12 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from contextlib import suppress
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import betterproto2
 import grpclib.client
 import grpclib.server
+import h2.events
 from grpclib.const import Status
 from grpclib.encoding.base import CodecBase
 from grpclib.protocol import EventsProcessor, H2Protocol
@@ -84,6 +85,14 @@ def parse_message(data: bytes, message_type: type[M], max_message_size: int) -> 
     return parse_strict(message_type, data)
 
 
+IGNORED_EVENTS: Final = (
+    h2.events.UnknownFrameReceived,
+    h2.events.AlternativeServiceAvailable,
+    h2.events.InformationalResponseReceived,
+)
+"""h2 events grpclib has no handler for, and raised NotImplementedError on: the connection
+died with a traceback in the log. An unknown frame type must be ignored (RFC 9113 §4.1), as
+must an ALTSVC offer and a 1xx response a gRPC call has no use for."""
 WRITE_BUFFER_HIGH = 16 * 1024 * 1024
 WRITE_BUFFER_LOW = 4 * 1024 * 1024
 LINGER = 2.0
@@ -214,7 +223,8 @@ class TunedH2Protocol(H2Protocol):
             return
         self.connection.flush()
         for event in events:
-            self.processor.process(event)
+            if not isinstance(event, IGNORED_EVENTS):
+                self.processor.process(event)
         self.connection.flush()
         if self.guard is not None and not self.connection.is_closing():
             self.guard.received(len(data), events)
