@@ -27,6 +27,7 @@ from typing import Final, NamedTuple, TypeVar
 import betterproto2
 
 from .errors import InvalidArgument
+from .protodecode import decode_message
 from .protowire import WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT, decode_varint, skip_field
 
 M = TypeVar("M", bound=betterproto2.Message)
@@ -63,11 +64,12 @@ def parse_strict(message: type[M], data: bytes, *, max_nesting: int = MAX_NESTIN
     """`message` from untrusted `data`; InvalidArgument naming what is wrong."""
     name = message.__name__
     _check_wire(message, data, max_nesting)
+    checked = _schema(message) is not None  # every level's wire types match the schema
     try:
-        parsed = message.parse(bytes(data))
-    except Exception as exc:  # betterproto2's own complaint about a value
+        parsed = decode_message(message, data) if checked else message.parse(bytes(data))
+    except Exception as exc:  # a value's own complaint (an enum's, UTF-8's)
         raise InvalidArgument(f"{name}: {type(exc).__name__}: {exc}") from None
-    if _schema(message) is None:  # unknown betterproto2 internals: check the parsed types
+    if not checked:  # unknown betterproto2 internals: check the parsed types
         problem = _type_problem(parsed, name)
         if problem is not None:
             raise InvalidArgument(problem)
