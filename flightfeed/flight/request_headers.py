@@ -40,8 +40,17 @@ def timeout_seconds(value: str) -> float:
     return int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
 
 
+REQUIRED_PSEUDO_HEADERS: Final = (":method", ":path")
+"""What grpclib reads of every request before it looks at anything else."""
+
+
 def refusal(headers: Iterable[tuple[str, str]]) -> Refusal | None:
     """Why a call with these request headers is refused, or None to serve it."""
+    headers = list(headers)
+    present = {name for name, _ in headers}
+    for required in REQUIRED_PSEUDO_HEADERS:
+        if required not in present:  # h2 lets some through; grpclib failed with a KeyError
+            return Refusal(Status.INVALID_ARGUMENT, f"the request has no {required} header")
     for name, value in headers:
         if name.endswith("-bin") and not name.startswith(":"):
             try:
@@ -63,4 +72,4 @@ def refusal(headers: Iterable[tuple[str, str]]) -> Refusal | None:
     return None
 
 
-__all__ = ["MIN_TIMEOUT", "Refusal", "refusal", "timeout_seconds"]
+__all__ = ["MIN_TIMEOUT", "REQUIRED_PSEUDO_HEADERS", "Refusal", "refusal", "timeout_seconds"]

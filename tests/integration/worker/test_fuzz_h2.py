@@ -248,3 +248,38 @@ def test_an_unknown_frame_type_is_ignored(
     assert outcome(answer, closed=False) == "waiting"  # no GOAWAY: the connection is fine
     assert proc.poll() is None
     assert "NotImplementedError" not in worker_log(proc)
+
+
+def test_a_request_without_a_method_is_refused_with_a_status(
+    fuzzed_worker: tuple[subprocess.Popen[str], str],
+) -> None:
+    """Found by the fuzzer: a request whose header block lacks :method reached grpclib, which
+    failed on it with a KeyError and logged a traceback."""
+    proc, location = fuzzed_worker
+    headers = [h for h in REQUEST if h[0] != ":method"]
+    block = hpack.Encoder().encode(headers)
+    sent = PREFACE + SETTINGS_FRAME + frame(0x1, 0x5, 1, block)  # HEADERS, END_STREAM|HEADERS
+
+    async def exchange() -> dict[str, str]:
+        host, port = parse_location(location)
+        received = bytearray()
+        decoder = hpack.Decoder()
+        async with await anyio.connect_tcp(host, port) as sock:
+            await sock.send(sent)
+            with anyio.fail_after(10):
+                while True:
+                    received += await sock.receive()
+                    pos = 0
+                    while pos + 9 <= len(received):
+                        length = int.from_bytes(received[pos : pos + 3], "big")
+                        if pos + 9 + length > len(received):
+                            break
+                        if received[pos + 3] == 0x1:  # the answer's HEADERS
+                            block = bytes(received[pos + 9 : pos + 9 + length])
+                            return {str(k): str(v) for k, v in decoder.decode(block)}
+                        pos += 9 + length
+
+    answer = anyio.run(exchange)
+    assert answer["grpc-status"] == "3"  # INVALID_ARGUMENT
+    assert answer["grpc-message"] == "the request has no :method header"
+    assert "Traceback" not in worker_log(proc)

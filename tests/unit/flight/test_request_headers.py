@@ -10,6 +10,9 @@ from hypothesis import strategies as st
 
 from flightfeed.flight.request_headers import MIN_TIMEOUT, refusal, timeout_seconds
 
+PSEUDO = [(":method", "POST"), (":path", "/s/M")]
+"""What every request has."""
+
 UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
 
@@ -17,7 +20,7 @@ UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 def test_spec_timeouts_parse_to_their_seconds(amount: int, unit: str) -> None:
     value = f"{amount}{unit}"
     assert timeout_seconds(value) == amount * UNITS[unit]
-    refused = refusal([("grpc-timeout", value)])
+    refused = refusal([*PSEUDO, ("grpc-timeout", value)])
     if amount * UNITS[unit] >= MIN_TIMEOUT:
         assert refused is None
     else:
@@ -27,7 +30,7 @@ def test_spec_timeouts_parse_to_their_seconds(amount: int, unit: str) -> None:
 
 @given(st.text(max_size=20).filter(lambda v: not v[:-1].isascii() or not v[:-1].isdigit()))
 def test_anything_else_is_an_invalid_argument(value: str) -> None:
-    refused = refusal([("grpc-timeout", value)])
+    refused = refusal([*PSEUDO, ("grpc-timeout", value)])
     if refused is not None and refused.status == Status.INVALID_ARGUMENT:
         assert "invalid grpc-timeout header" in refused.message
         return
@@ -38,20 +41,20 @@ def test_anything_else_is_an_invalid_argument(value: str) -> None:
     "value", ["123456789S", "-1S", "1.5S", "1s", "1", "S", " 1S", "\u0663S", "1S\n"]
 )
 def test_malformed_timeouts_are_named_in_the_refusal(value: str) -> None:
-    refused = refusal([("grpc-timeout", value)])
+    refused = refusal([*PSEUDO, ("grpc-timeout", value)])
     assert refused is not None
     assert refused.status == Status.INVALID_ARGUMENT
     assert repr(value) in refused.message
 
 
 def test_calls_without_a_timeout_are_served() -> None:
-    assert refusal([("content-type", "application/grpc"), ("te", "trailers")]) is None
+    assert refusal([*PSEUDO, ("content-type", "application/grpc"), ("te", "trailers")]) is None
 
 
 @pytest.mark.parametrize("value", ["a", "abcde", "ab=c", "\u00e9"])
 def test_binary_headers_must_be_base64(value: str) -> None:
     # grpclib logged a traceback for each such call and never answered it.
-    refused = refusal([("x-key-bin", value)])
+    refused = refusal([*PSEUDO, ("x-key-bin", value)])
     assert refused is not None
     assert refused.status == Status.INVALID_ARGUMENT
     assert "'x-key-bin' is not valid base64" in refused.message
@@ -59,4 +62,13 @@ def test_binary_headers_must_be_base64(value: str) -> None:
 
 @pytest.mark.parametrize("value", ["", "YQ", "YWJj", "YWJjZA=="])
 def test_base64_binary_headers_are_served(value: str) -> None:
-    assert refusal([("x-key-bin", value)]) is None
+    assert refusal([*PSEUDO, ("x-key-bin", value)]) is None
+
+
+@pytest.mark.parametrize("missing", [":method", ":path"])
+def test_a_request_without_a_required_pseudo_header_is_refused(missing: str) -> None:
+    headers = [(":method", "POST"), (":path", "/s/M"), ("te", "trailers")]
+    found = refusal([h for h in headers if h[0] != missing])
+    assert found is not None
+    assert found.status is Status.INVALID_ARGUMENT
+    assert found.message == f"the request has no {missing} header"
