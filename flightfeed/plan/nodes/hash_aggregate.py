@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import copy
 import enum
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
 
@@ -58,6 +60,12 @@ COALESCE_BYTES = 16 * 1024 * 1024
 """...or input bytes, whichever comes first: wide rows reach it long before COALESCE_ROWS."""
 
 
+Inferred = tuple[pa.Schema, bool]
+"""A HashAggregate's output schema, and whether one state of it needs no merge."""
+INFERRED_CACHE_SIZE = 256
+"""Distinct aggregates (by their encoded form and input schema) whose inference is remembered."""
+
+
 class AggregateMode(enum.Enum):
     SINGLE = "single"
     PARTIAL = "partial"
@@ -75,7 +83,10 @@ class HashAggregate(UnaryNode):
         *,
         mode: AggregateMode = AggregateMode.SINGLE,
         functions: FunctionRegistry = BUILTINS,
+        inferred: Inferred | None = None,
     ) -> None:
+        """`inferred`: what inference found for an identical node over the same input schema
+        (the codec's cache); the node then skips running Acero on an empty batch."""
         self.child = child
         self.group_by = tuple(group_by)
         self.aggregates = tuple(aggregates)
@@ -98,6 +109,9 @@ class HashAggregate(UnaryNode):
         else:
             for expr, _ in self.group_by:
                 output_type(expr, child.schema, functions)
+        if inferred is not None:
+            self._schema, self._one_state_is_merged = inferred
+            return
         empty = pa.RecordBatch.from_arrays(
             [pa.array([], type=f.type) for f in child.schema], schema=child.schema
         )
@@ -288,7 +302,15 @@ _MODES = {
 
 
 class HashAggregateCodec:
+    """Decoding infers the node's schema with Acero, once per distinct aggregate and input
+    schema: workers decode the same node for every task of every query. Nodes that call
+    user code are inferred every time (a session's UDF may shadow a builtin's name)."""
+
     kinds = (HashAggregate.name,)
+
+    def __init__(self) -> None:
+        self._inferred: OrderedDict[tuple[bytes, pa.Schema], Inferred] = OrderedDict()
+        self._lock = threading.Lock()  # large plans are decoded on worker threads
 
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, HashAggregate):
@@ -319,4 +341,21 @@ class HashAggregateCodec:
             args = tuple(expr_from_proto(x) for x in a.args)
             aggregates.append(AggregateExpr(a.function, args, a.name))
         group_by = [named_from_proto(g) for g in msg.group_by]
-        return HashAggregate(children[0], group_by, aggregates, mode=mode, functions=ctx.session)
+        key = (bytes(payload), children[0].schema)
+        with self._lock:
+            cached = self._inferred.get(key)
+        node = HashAggregate(
+            children[0], group_by, aggregates, mode=mode, functions=ctx.session, inferred=cached
+        )
+        if node._runs_user_code(ctx.session):
+            if cached is not None:  # a builtin's inference does not hold for a UDF
+                node = HashAggregate(
+                    children[0], group_by, aggregates, mode=mode, functions=ctx.session
+                )
+            return node
+        with self._lock:
+            self._inferred[key] = (node.schema, node._one_state_is_merged)
+            self._inferred.move_to_end(key)
+            while len(self._inferred) > INFERRED_CACHE_SIZE:
+                self._inferred.popitem(last=False)
+        return node

@@ -28,8 +28,10 @@ from flightfeed.plan import (
     col,
     lit,
 )
+from flightfeed.plan.codec import CodecRegistry, DecodeContext
 from flightfeed.plan.functions import PlanSession
 from flightfeed.plan.nodes import hash_aggregate as hash_aggregate_module
+from flightfeed.plan.nodes.hash_aggregate import HashAggregateCodec
 from flightfeed.session import Session, SessionStateBuilder
 
 from .helpers import run, sample_table, sorted_rows
@@ -310,3 +312,36 @@ async def test_any_batching_gives_the_one_shot_result(
             plan = HashAggregate(scan, [(col("k"), "k")], AGGREGATES)
         got = await run(plan)
     assert canonical(got, ["k"]) == canonical(expected(table, ["k"]), ["k"])
+
+
+def test_decoding_the_same_aggregate_again_infers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers decode the same node for every task: inference ran Acero twice each time."""
+    codec = HashAggregateCodec()
+    table = sample_table(100)
+    plan = HashAggregate(MemoryScan.from_table(table, 1), [(col("k"), "k")], AGGREGATES)
+    payload = codec.encode(plan)
+    child = MemoryScan.from_table(table, 3)
+    context = DecodeContext(Session(), CodecRegistry.builtin())
+    first = codec.decode(HashAggregate.name, payload, [child], context)
+    monkeypatch.setattr(hash_aggregate_module, "group_aggregate", None)  # any call would fail
+    again = codec.decode(HashAggregate.name, payload, [child], context)
+    assert isinstance(again, HashAggregate)
+    assert again.schema.equals(first.schema)
+    assert again.children[0] is child
+
+
+def test_an_aggregate_calling_user_code_is_inferred_every_time() -> None:
+    session = SessionStateBuilder().with_aggregate_udf(sum_of_squares()).build()
+    codec = HashAggregateCodec()
+    table = sample_table(100)
+    aggregates = [agg("sum_sq", col("v"), name="ss")]
+    plan = HashAggregate(MemoryScan.from_table(table, 1), [], aggregates, functions=session)
+    payload = codec.encode(plan)
+    decoded = codec.decode(
+        HashAggregate.name,
+        payload,
+        [MemoryScan.from_table(table, 1)],
+        DecodeContext(session, CodecRegistry.builtin()),
+    )
+    assert decoded.schema.equals(plan.schema)
+    assert not codec._inferred  # a session's UDF may shadow a builtin of another session
