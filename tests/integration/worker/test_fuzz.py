@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -37,12 +38,15 @@ from flightfeed._generated.flightfeed.v1 import (
 )
 from flightfeed.feeds.codec import UnitRun, encode_batch
 from flightfeed.flight.client import parse_location
+from flightfeed.flight.idle_release import DEFAULT_QUIET_SECONDS
 from flightfeed.protocol import WorkerClient
 
 EXAMPLES = int(os.environ.get("FLIGHTFEED_FUZZ_EXAMPLES", "500"))
 """Malformed calls in all: the suite's short run; the long one sets the variable."""
 CONCURRENT = int(os.environ.get("FLIGHTFEED_FUZZ_CONCURRENT", "25"))
 """Calls in flight at once (each on its own connection): the waits overlap."""
+SETTLE_SECONDS = DEFAULT_QUIET_SECONDS + 2.0
+"""Quiet time after the fuzzing: calls left waiting end, and the worker releases memory."""
 CALL_TIMEOUT = 1.0
 """A call may rightly wait for input that never comes (a stream left open, a DoGet for a task
 whose plan never came waits --plan-wait-timeout for it): the fuzzer stops waiting, and counts
@@ -222,8 +226,13 @@ def test_malformed_input_gets_clear_answers_and_the_worker_holds(
     batch()
     print(f"\n{sum(outcomes.values())} fuzzed calls: {dict(outcomes)}")
     assert anyio.run(_serves, location)
+    right_after = resident_bytes(proc.pid)
+    time.sleep(SETTLE_SECONDS)  # quiet: the worker gives freed memory back (idle_release.py)
     grown = resident_bytes(proc.pid) - warm_up
-    print(f"worker RSS {warm_up / 2**20:.0f} MiB → {(warm_up + grown) / 2**20:.0f} MiB")
+    print(
+        f"worker RSS {warm_up / 2**20:.0f} MiB → {right_after / 2**20:.0f} MiB right after,"
+        f" {(warm_up + grown) / 2**20:.0f} MiB settled"
+    )
     log = worker_log(proc)
     assert "Traceback" not in log, log[-4000:]  # client errors are answered, not logged
     assert grown < max(0.10 * warm_up, 32 * 2**20), f"the worker grew by {grown / 2**20:.0f} MiB"
