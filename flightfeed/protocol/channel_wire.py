@@ -24,7 +24,15 @@ from .._generated.flightfeed.v1 import (
 from ..errors import InvalidArgument
 from ..flight.grpc import parse_message
 from ..protoencode import encode_message
-from ..protowire import WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT, decode_varint, skip_field
+from ..protowire import (
+    WIRE_I32,
+    WIRE_I64,
+    WIRE_LEN,
+    WIRE_VARINT,
+    decode_varint,
+    encode_varint,
+    skip_field,
+)
 
 _NAME: Final = "WorkerToCoordinatorMsg"
 _U64: Final = (1 << 64) - 1
@@ -88,16 +96,9 @@ def _len_field(tag: int, payload: bytes) -> bytes:
 
 
 def _varint(value: int) -> bytes:
-    if 0 <= value < 0x80:
-        return bytes((value,))
     if value < 0 or value > _U64:
         raise ValueError(f"{value} does not fit a uint64")
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return encode_varint(value)
 
 
 # -- decode ------------------------------------------------------------------------------------

@@ -4,16 +4,29 @@ the shared UnitScan (flightfeed.testing.feeds) and the seed example's RemoteScan
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from flightfeed._generated.flightfeed.v1 import (
+    SetPlanRequest,
+    SetPlanRequestWorkUnitFeedDeclaration,
+    TaskKey,
+)
 from flightfeed.coordinator import Coordinator, TaskEstimator
 from flightfeed.examples.chunk_scan import RemoteScan, RemoteScanCodec, RemoteScanEstimator
 from flightfeed.feeds import FeedRegistry
+from flightfeed.plan import CodecRegistry, encode_plan
 from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
 from flightfeed.testing import start_cluster
-from flightfeed.testing.feeds import UnitScan, UnitScanCodec, UnitScanEstimator
+from flightfeed.testing.feeds import (
+    UnitProvider,
+    UnitScan,
+    UnitScanCodec,
+    UnitScanEstimator,
+    unit_scan,
+)
 from flightfeed.worker import Worker, WorkerConfig
 
 ESTIMATORS: dict[str | type, TaskEstimator] = {
@@ -28,6 +41,22 @@ def feed_registry() -> FeedRegistry:
     registry.register(RemoteScan, lambda node: node.feed)
     registry.register(UnitScan, lambda node: node.feed)
     return registry
+
+
+def feed_task(partitions: int) -> tuple[bytes, SetPlanRequest]:
+    """A SetPlanRequest for a task reading a feed of `partitions` partitions (no coordinator:
+    the test sends the units itself), and the feed's id."""
+    node = unit_scan(UnitProvider([1] * partitions))
+    codecs = CodecRegistry.builtin().with_codec(UnitScanCodec())
+    request = SetPlanRequest(
+        task_key=TaskKey(query_id=uuid.uuid4().bytes, stage_id=1),
+        task_count=1,
+        plan_proto=encode_plan(node, codecs),
+        work_unit_feed_declarations=[
+            SetPlanRequestWorkUnitFeedDeclaration(id=node.feed.id, partitions=partitions)
+        ],
+    )
+    return node.feed.id, request
 
 
 async def feed_session_builder(ctx: WorkerQueryContext) -> Session:

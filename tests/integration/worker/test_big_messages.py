@@ -12,42 +12,24 @@ import uuid
 
 import anyio
 import pytest
-from helpers.feed_scan import feed_session_builder
+from helpers.feed_scan import feed_session_builder, feed_task
 
 from flightfeed._generated.flightfeed.v1 import (
     PlanNode,
     SetPlanRequest,
-    SetPlanRequestWorkUnitFeedDeclaration,
     TaskKey,
     WorkUnit,
     WorkUnitBatch,
 )
 from flightfeed.errors import Cancelled, InvalidArgument, RemoteError
 from flightfeed.feeds.codec import UnitRun, encode_batch
-from flightfeed.plan import CodecRegistry, encode_plan
 from flightfeed.protocol import WorkerClient
 from flightfeed.protowire import len_field_header
 from flightfeed.testing import start_workers
-from flightfeed.testing.feeds import UnitProvider, UnitScanCodec, unit_scan
 
 pytestmark = pytest.mark.anyio
 UNITS = 200_000
 BODY = b"x" * 96  # 200,000 units of ~100 bytes: a 20 MB message
-
-
-def feed_task() -> tuple[bytes, SetPlanRequest]:
-    """A task reading a feed of two partitions (256 credits each, by default)."""
-    node = unit_scan(UnitProvider([1, 1]))
-    codecs = CodecRegistry.builtin().with_codec(UnitScanCodec())
-    request = SetPlanRequest(
-        task_key=TaskKey(query_id=uuid.uuid4().bytes, stage_id=1),
-        task_count=1,
-        plan_proto=encode_plan(node, codecs),
-        work_unit_feed_declarations=[
-            SetPlanRequestWorkUnitFeedDeclaration(id=node.feed.id, partitions=2)
-        ],
-    )
-    return node.feed.id, request
 
 
 def reference_batch(feed_id: bytes) -> WorkUnitBatch:
@@ -87,7 +69,7 @@ async def test_a_20_mb_work_unit_batch_is_taken_in_off_the_loop(form: object) ->
         start_workers(1, session_builder=feed_session_builder) as (worker,),
         WorkerClient(worker.location) as client,
     ):
-        feed_id, request = feed_task()
+        feed_id, request = feed_task(2)
         batch = await anyio.to_thread.run_sync(form, feed_id)  # the test's own encoding, too
         done = anyio.Event()
         answered = [0]

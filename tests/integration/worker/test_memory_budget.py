@@ -5,13 +5,13 @@ memory stays where it was, and the worker keeps serving (its reservations are re
 from __future__ import annotations
 
 import subprocess
-import uuid
 from collections.abc import Iterator
 
 import anyio
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers.feed_scan import feed_task
 from helpers.worker_plans import new_key, none_request, set_plan
 from helpers.worker_process import resident_bytes, worker_process
 
@@ -19,14 +19,11 @@ from flightfeed._generated.flightfeed.v1 import (
     MemoryScanNode,
     PlanNode,
     SetPlanRequest,
-    SetPlanRequestWorkUnitFeedDeclaration,
-    TaskKey,
     WorkUnitBatch,
 )
 from flightfeed.errors import ResourceExhausted
 from flightfeed.feeds.codec import UnitRun, encode_batch
 from flightfeed.plan import (
-    CodecRegistry,
     HashJoin,
     MemoryScan,
     Projection,
@@ -34,12 +31,10 @@ from flightfeed.plan import (
     SortKey,
     call,
     col,
-    encode_plan,
     lit,
 )
 from flightfeed.plan.base import ExecutionPlan
 from flightfeed.protocol import WorkerClient
-from flightfeed.testing.feeds import UnitProvider, UnitScanCodec, unit_scan
 
 MiB = 1 << 20
 LIMIT = 256 * MiB
@@ -68,21 +63,6 @@ async def set_plan_only(location: str, request: SetPlanRequest) -> None:
 async def run_plan(location: str, plan: ExecutionPlan) -> pa.Table:
     request = await anyio.to_thread.run_sync(set_plan, plan, new_key())  # 64 MiB plans
     return await run_task(location, request)
-
-
-def feed_task() -> tuple[bytes, SetPlanRequest]:
-    """A task reading a feed of one partition that nobody reads."""
-    node = unit_scan(UnitProvider([1]))
-    codecs = CodecRegistry.builtin().with_codec(UnitScanCodec())
-    request = SetPlanRequest(
-        task_key=TaskKey(query_id=uuid.uuid4().bytes, stage_id=1),
-        task_count=1,
-        plan_proto=encode_plan(node, codecs),
-        work_unit_feed_declarations=[
-            SetPlanRequestWorkUnitFeedDeclaration(id=node.feed.id, partitions=1)
-        ],
-    )
-    return node.feed.id, request
 
 
 def zstd_memory_scan(rows: int) -> SetPlanRequest:
@@ -184,7 +164,7 @@ async def send_and_wait(
 def test_feed_units_are_held_within_the_memory_limit() -> None:
     """Credits bound a partition's units, not their bytes: three batches of 24 MiB for a
     partition nobody reads were all kept. The third is refused now, naming the feed inbox."""
-    feed_id, request = feed_task()
+    feed_id, request = feed_task(1)
     batch = encode_batch([UnitRun(feed_id, 0, [bytes(2 * MiB)] * 12, [1] * 12)], 1)
 
     async def scenario(location: str) -> None:
