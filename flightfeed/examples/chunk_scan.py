@@ -110,13 +110,16 @@ class RemoteScan(PlanNodeBase):
         task, local = divmod(global_partition, max(1, self.total_partitions // self.task_count))
         task_value = pa.scalar(task, pa.int64())
         partition_value = pa.scalar(local, pa.int64())
+        batch: pa.RecordBatch | None = None
         async for chunk in self.feed.feed(partition, ctx):
             if _observer is not None:
                 _observer.processed()
             n = chunk.value  # n rows of two constants: built by Arrow, not row by row
-            yield pa.record_batch(
-                [pa.repeat(task_value, n), pa.repeat(partition_value, n)], schema=SCAN_SCHEMA
-            )
+            if batch is None or batch.num_rows != n:  # chunks mostly share a size: batches
+                batch = pa.record_batch(  # are immutable, so one serves them all
+                    [pa.repeat(task_value, n), pa.repeat(partition_value, n)], schema=SCAN_SCHEMA
+                )
+            yield batch
 
     def __repr__(self) -> str:
         provider = self.feed.inner()

@@ -32,7 +32,7 @@ from .base import ExecutionPlan, TaskContext, closing
 from .expr import Expr
 from .functions import FunctionRegistry
 from .hash_partition import hash_partition
-from .memory import MemoryReservation
+from .memory import MemoryReservation, batch_nbytes
 from .offload import run_compute
 
 T = TypeVar("T")
@@ -268,9 +268,9 @@ async def _pump(
 ) -> None:
     async with closing(plan.execute(partition, ctx)) as stream:
         async for batch in stream:
-            pieces = await run_compute(ctx, batch.nbytes, partial(split, batch))
+            pieces = await run_compute(ctx, batch_nbytes(batch), partial(split, batch))
             shared = sum(piece is batch for piece in pieces)  # a broadcast sends one batch N times
             for output, piece in enumerate(pieces):
                 if piece is not None:
-                    nbytes = -(-piece.nbytes // shared) if piece is batch else piece.nbytes
+                    nbytes = -(-batch_nbytes(piece) // shared) if piece is batch else piece.nbytes
                     await sender.send(output, piece, nbytes)

@@ -18,8 +18,11 @@ from __future__ import annotations
 import math
 import os
 import threading
+import weakref
 from types import TracebackType
 from typing import Self
+
+import pyarrow as pa
 
 from ..errors import Cancelled, InvalidArgument, ResourceExhausted
 
@@ -33,6 +36,25 @@ def _format(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit} ({nbytes} bytes)"
     return f"{nbytes} bytes"
+
+
+_last_sized: tuple[weakref.ref[pa.RecordBatch | pa.Table], int] | None = None
+
+
+def batch_nbytes(batch: pa.RecordBatch | pa.Table) -> int:
+    """`batch.nbytes`, remembered for the last batch (or table) sized.
+
+    pyarrow builds arrays of buffer ranges to count it (~2 us a column), and a batch is sized
+    twice in a row: by the metrics wrapper of the node that emits it, then by the node that
+    reads it. A weak reference: the memo never keeps a batch alive.
+    """
+    global _last_sized
+    last = _last_sized  # one read: threads may replace it meanwhile
+    if last is not None and last[0]() is batch:
+        return last[1]
+    size: int = batch.nbytes
+    _last_sized = (weakref.ref(batch), size)
+    return size
 
 
 class MemoryPool:

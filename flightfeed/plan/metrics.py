@@ -30,6 +30,7 @@ from .._generated.flightfeed.v1 import (
     OutputRows,
     StartTimestamp,
 )
+from .memory import batch_nbytes
 
 if TYPE_CHECKING:
     from .base import ExecutionPlan, TaskContext
@@ -191,7 +192,7 @@ class Instrumented:
                     _CURRENT.reset(token)
                 pm.output_rows += batch.num_rows
                 pm.output_batches += 1
-                pm.output_bytes += batch.nbytes
+                pm.output_bytes += batch_nbytes(batch)
                 yield batch
         finally:
             pm.end_timestamp_ns = time.time_ns()

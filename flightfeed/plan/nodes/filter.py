@@ -14,6 +14,7 @@ from ..codec import DecodeContext, parse_payload
 from ..expr import Expr, calls_udf, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
+from ..memory import batch_nbytes
 from ..offload import run_compute
 
 
@@ -39,7 +40,7 @@ class Filter(UnaryNode):
         async with closing(self.child.execute(partition, ctx)) as stream:
             async for batch in stream:
                 apply = partial(self._apply, batch, ctx)
-                out = await run_compute(ctx, batch.nbytes, apply, user_code=user_code)
+                out = await run_compute(ctx, batch_nbytes(batch), apply, user_code=user_code)
                 if out.num_rows:
                     yield out
 

@@ -48,7 +48,7 @@ from ..codec import DecodeContext, decode_enum, parse_payload
 from ..expr import Expr, calls_udf, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto, named_from_proto, named_to_proto
 from ..functions import BUILTINS, FunctionRegistry
-from ..memory import MemoryReservation
+from ..memory import MemoryReservation, batch_nbytes
 from ..offload import run_compute
 
 MERGE_EVERY_BATCHES = 16
@@ -63,13 +63,55 @@ COALESCE_BYTES = 16 * 1024 * 1024
 Inferred = tuple[pa.Schema, bool]
 """A HashAggregate's output schema, and whether one state of it needs no merge."""
 INFERRED_CACHE_SIZE = 256
-"""Distinct aggregates (by their encoded form and input schema) whose inference is remembered."""
+"""Distinct aggregates (by mode, keys, aggregates and input schema) whose inference is kept."""
 
 
 class AggregateMode(enum.Enum):
     SINGLE = "single"
     PARTIAL = "partial"
     FINAL = "final"
+
+
+InferenceKey = tuple[
+    AggregateMode, tuple[tuple[Expr, str], ...], tuple[AggregateExpr, ...], pa.Schema
+]
+
+
+class _InferenceCache:
+    """What inference found per distinct aggregate and input schema, least recently used out.
+
+    Inference runs Acero twice (~230 us a node) and plans are built for every query: on the
+    coordinator by clients and planners, on workers by decoding every task's plan. Schemas
+    compare without metadata, so the stored input schema is checked with it. Thread-safe:
+    large plans are decoded on worker threads.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: OrderedDict[InferenceKey, tuple[pa.Schema, Inferred]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: InferenceKey) -> Inferred | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+        if entry is None or not entry[0].equals(key[3], check_metadata=True):
+            return None
+        return entry[1]
+
+    def put(self, key: InferenceKey, inferred: Inferred) -> None:
+        with self._lock:
+            self._entries[key] = (key[3], inferred)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_INFERRED = _InferenceCache(INFERRED_CACHE_SIZE)
 
 
 class HashAggregate(UnaryNode):
@@ -83,10 +125,7 @@ class HashAggregate(UnaryNode):
         *,
         mode: AggregateMode = AggregateMode.SINGLE,
         functions: FunctionRegistry = BUILTINS,
-        inferred: Inferred | None = None,
     ) -> None:
-        """`inferred`: what inference found for an identical node over the same input schema
-        (the codec's cache); the node then skips running Acero on an empty batch."""
         self.child = child
         self.group_by = tuple(group_by)
         self.aggregates = tuple(aggregates)
@@ -106,23 +145,33 @@ class HashAggregate(UnaryNode):
             missing = [c for c in self._keys + self._state_columns() if c not in child.schema.names]
             if missing:
                 raise InvalidArgument(f"FINAL HashAggregate input lacks partial columns {missing}")
-        else:
+        # A node of builtins only means the same whatever the session: what inference found
+        # for it over the same input schema holds (keys were validated then, too).
+        key = None if self._runs_user_code(functions) else _inference_key(self)
+        found = None if key is None else _INFERRED.get(key)
+        if found is None:
+            found = self._infer(functions)
+            if key is not None:
+                _INFERRED.put(key, found)
+        self._schema, self._one_state_is_merged = found
+
+    def _infer(self, functions: FunctionRegistry) -> Inferred:
+        """Validate the keys and run the node on zero rows (Acero twice: ~230 us)."""
+        schema = self.child.schema
+        if self.mode is not AggregateMode.FINAL:
             for expr, _ in self.group_by:
-                output_type(expr, child.schema, functions)
-        if inferred is not None:
-            self._schema, self._one_state_is_merged = inferred
-            return
+                output_type(expr, schema, functions)
         empty = pa.RecordBatch.from_arrays(
-            [pa.array([], type=f.type) for f in child.schema], schema=child.schema
+            [pa.array([], type=f.type) for f in schema], schema=schema
         )
         states = self._to_states(empty, functions, infer=True)
         merged = self._merge(states, infer=True)
-        self._schema = self._finish(merged).schema
         # One call's states are already grouped: merging them again changes nothing, unless
         # merging changes their types (FINAL's states are its input rows, never grouped yet).
-        self._one_state_is_merged = mode is not AggregateMode.FINAL and states.schema.equals(
+        one_state_is_merged = self.mode is not AggregateMode.FINAL and states.schema.equals(
             merged.schema
         )
+        return self._finish(merged).schema, one_state_is_merged
 
     def _state_columns(self) -> list[str]:
         return [s for names in self._states for s in names]
@@ -134,7 +183,7 @@ class HashAggregate(UnaryNode):
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)
         child = children[0]
-        if child.schema.equals(self.child.schema):  # the planner's usual case: nothing to infer
+        if child.schema.equals(self.child.schema, check_metadata=True):  # nothing to infer
             node = copy.copy(self)
             node.child = child
             return node
@@ -159,7 +208,7 @@ class HashAggregate(UnaryNode):
                 async for batch in stream:
                     if not batch.num_rows:
                         continue
-                    nbytes = batch.nbytes  # (pyarrow sums the buffers on every call)
+                    nbytes = batch_nbytes(batch)
                     held.grow(nbytes)  # kept until its run is reduced
                     run.append(batch)
                     run_rows += batch.num_rows
@@ -183,10 +232,11 @@ class HashAggregate(UnaryNode):
             else:
                 merged = await self._merge_held(states, held, ctx)
             del states
-            held.grow(merged.nbytes)
+            size = batch_nbytes(merged)  # (known if it is the state just reduced)
+            held.grow(size)
             finish = partial(self._finish, merged)
-            out = await run_compute(ctx, merged.nbytes, finish, user_code=user_code)
-            held.resize(out.nbytes)
+            out = await run_compute(ctx, size, finish, user_code=user_code)
+            held.resize(size if out is merged else out.nbytes)  # PARTIAL's finish is a no-op
             del merged
             for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
                 yield batch
@@ -204,7 +254,7 @@ class HashAggregate(UnaryNode):
         batch = run[0] if len(run) == 1 else pa.concat_batches(run)
         consume = partial(self._to_states, batch, ctx.session)
         state = await run_compute(ctx, run_bytes, consume, user_code=user_code)
-        held.grow(state.nbytes)  # (briefly both)
+        held.grow(batch_nbytes(state))  # (briefly both)
         held.shrink(run_bytes)
         return state
 
@@ -272,6 +322,10 @@ class HashAggregate(UnaryNode):
         return f"HashAggregate({self.mode.value}, keys=[{keys}], aggregates=[{aggs}])"
 
 
+def _inference_key(node: HashAggregate) -> InferenceKey:
+    return (node.mode, node.group_by, node.aggregates, node.child.schema)
+
+
 def _partial_ops(resolved: ResolvedAggregate, sources: list[str], outputs: list[str]) -> list[Op]:
     if isinstance(resolved, BuiltinAggregate):
         source = sources[0] if sources else None
@@ -302,15 +356,10 @@ _MODES = {
 
 
 class HashAggregateCodec:
-    """Decoding infers the node's schema with Acero, once per distinct aggregate and input
-    schema: workers decode the same node for every task of every query. Nodes that call
-    user code are inferred every time (a session's UDF may shadow a builtin's name)."""
+    """Workers decode the same node for every task of every query: the node's inference cache
+    spares them Acero (see _InferenceCache)."""
 
     kinds = (HashAggregate.name,)
-
-    def __init__(self) -> None:
-        self._inferred: OrderedDict[tuple[bytes, pa.Schema], Inferred] = OrderedDict()
-        self._lock = threading.Lock()  # large plans are decoded on worker threads
 
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, HashAggregate):
@@ -341,21 +390,4 @@ class HashAggregateCodec:
             args = tuple(expr_from_proto(x) for x in a.args)
             aggregates.append(AggregateExpr(a.function, args, a.name))
         group_by = [named_from_proto(g) for g in msg.group_by]
-        key = (bytes(payload), children[0].schema)
-        with self._lock:
-            cached = self._inferred.get(key)
-        node = HashAggregate(
-            children[0], group_by, aggregates, mode=mode, functions=ctx.session, inferred=cached
-        )
-        if node._runs_user_code(ctx.session):
-            if cached is not None:  # a builtin's inference does not hold for a UDF
-                node = HashAggregate(
-                    children[0], group_by, aggregates, mode=mode, functions=ctx.session
-                )
-            return node
-        with self._lock:
-            self._inferred[key] = (node.schema, node._one_state_is_merged)
-            self._inferred.move_to_end(key)
-            while len(self._inferred) > INFERRED_CACHE_SIZE:
-                self._inferred.popitem(last=False)
-        return node
+        return HashAggregate(children[0], group_by, aggregates, mode=mode, functions=ctx.session)

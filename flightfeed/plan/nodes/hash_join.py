@@ -28,7 +28,7 @@ from ..base import (
 )
 from ..codec import DecodeContext, decode_enum, parse_payload
 from ..join_size import estimate_join_bytes
-from ..memory import MemoryReservation
+from ..memory import MemoryReservation, batch_nbytes
 from ..merge import merge
 from ..offload import run_compute
 
@@ -149,7 +149,7 @@ async def _collect(
     sources = {partition: plan.execute(partition, ctx) for partition in partitions}
     async with closing(merge(sources)) as stream:
         async for _, batch in stream:
-            held.grow(batch.nbytes)
+            held.grow(batch_nbytes(batch))
             batches.append(batch)
     return pa.Table.from_batches(batches, schema=plan.schema)
 

@@ -14,6 +14,7 @@ from ..codec import DecodeContext, parse_payload
 from ..expr import Expr, calls_udf, evaluate, output_type
 from ..expr_proto import named_from_proto, named_to_proto
 from ..functions import BUILTINS, FunctionRegistry
+from ..memory import batch_nbytes
 from ..offload import run_compute
 
 
@@ -56,7 +57,7 @@ class Projection(UnaryNode):
         async with closing(self.child.execute(partition, ctx)) as stream:
             async for batch in stream:
                 apply = partial(self._apply, batch, ctx)
-                yield await run_compute(ctx, batch.nbytes, apply, user_code=user_code)
+                yield await run_compute(ctx, batch_nbytes(batch), apply, user_code=user_code)
 
     def _apply(self, batch: pa.RecordBatch, ctx: TaskContext) -> pa.RecordBatch:
         if not self.exprs:

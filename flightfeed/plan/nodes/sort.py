@@ -26,7 +26,7 @@ from ..codec import DecodeContext, parse_payload
 from ..expr import Expr, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
-from ..memory import MemoryReservation
+from ..memory import MemoryReservation, batch_nbytes
 from ..offload import run_compute
 
 OUTPUT_BATCH_ROWS = 65536
@@ -83,10 +83,11 @@ class Sort(UnaryNode):
                 async for batch in stream:
                     if not batch.num_rows:
                         continue
-                    held.grow(batch.nbytes)
+                    size = batch_nbytes(batch)
+                    held.grow(size)
                     pending.append(batch)
                     rows += batch.num_rows
-                    nbytes += batch.nbytes
+                    nbytes += size
                     if self.fetch is not None and rows >= max(2 * self.fetch, TOP_K_COMPACT_ROWS):
                         top = await self._sorted(pending, nbytes, held, ctx)
                         pending, rows, nbytes = [top], top.num_rows, top.nbytes

@@ -4,7 +4,9 @@ limit they hit, and a task's end returns everything it held."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
+import weakref
 
 import anyio
 import pyarrow as pa
@@ -18,6 +20,7 @@ from flightfeed.plan.execution import collect, open_task_context
 from flightfeed.plan.memory import (
     MACHINE_MEMORY_BYTES,
     MemoryPool,
+    batch_nbytes,
     parse_memory_size,
 )
 from flightfeed.session import SessionStateBuilder
@@ -180,3 +183,36 @@ async def test_fanout_buffers_are_reserved_until_read_and_a_broadcast_counts_onc
         assert 0 < held.size <= -(-batch.nbytes // 4)
         await outputs[3].aclose()  # leaving drops (and frees) what was buffered for it
     assert held.size == 0
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 300), st.integers(0, 300), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_batch_nbytes_is_pyarrows_nbytes_whatever_the_slicing(
+    shapes: list[tuple[int, int, bool, bool]],
+) -> None:
+    """Sliced, with or without nulls, tables or batches, one after the other (freed batches'
+    ids are reused at once): always the size of the object asked about."""
+    for rows, start, nulls, as_table in shapes:
+        values = [None if nulls and i % 3 == 0 else i for i in range(rows)]
+        batch = pa.record_batch({"i": pa.array(values, pa.int64()), "s": [str(v) for v in values]})
+        piece: pa.RecordBatch | pa.Table = batch.slice(start % (rows + 1), rows // 2)
+        if as_table:
+            piece = pa.Table.from_batches([piece])
+        assert batch_nbytes(piece) == piece.nbytes
+        assert batch_nbytes(piece) == piece.nbytes  # remembered
+        assert batch_nbytes(batch) == batch.nbytes
+        del batch, piece
+
+
+def test_batch_nbytes_keeps_no_batch_alive() -> None:
+    batch = pa.record_batch({"k": list(range(1000))})
+    batch_nbytes(batch)
+    gone = weakref.ref(batch)
+    del batch
+    gc.collect()
+    assert gone() is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,14 +22,18 @@ from flightfeed.plan import (
     HashAggregate,
     MemoryScan,
     Partitioning,
+    PlanNodeBase,
     Repartition,
     agg,
     call,
     col,
     lit,
+    open_task_context,
 )
 from flightfeed.plan.codec import CodecRegistry, DecodeContext
+from flightfeed.plan.execution import collect
 from flightfeed.plan.functions import PlanSession
+from flightfeed.plan.memory import MemoryPool
 from flightfeed.plan.nodes import hash_aggregate as hash_aggregate_module
 from flightfeed.plan.nodes.hash_aggregate import HashAggregateCodec
 from flightfeed.session import Session, SessionStateBuilder
@@ -314,6 +318,94 @@ async def test_any_batching_gives_the_one_shot_result(
     assert canonical(got, ["k"]) == canonical(expected(table, ["k"]), ["k"])
 
 
+class Probe(PlanNodeBase):
+    """Yields batches and notes what its task holds whenever it is asked for the next one."""
+
+    name = "Probe"
+
+    def __init__(self, batches: Sequence[pa.RecordBatch]) -> None:
+        self.batches = batches
+        self.held: list[int] = []
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.batches[0].schema
+
+    @property
+    def output_partitions(self) -> int:
+        return 1
+
+    async def _execute(self, partition: int, ctx: Any) -> AsyncIterator[pa.RecordBatch]:
+        for batch in self.batches:
+            yield batch
+            self.held.append(ctx.memory.reserved)
+
+
+async def test_a_run_is_reserved_while_it_is_buffered_and_then_let_go() -> None:
+    """Coalescing holds batches the child would have dropped: they are reserved before the
+    next one is asked for, and a reduced run's bytes are returned (memory is bounded by one run
+    and the states, not by the input)."""
+    table = sample_table(20_000)
+    batches = table.to_batches(max_chunksize=500)
+    probe = Probe(batches)
+    plan = HashAggregate(probe, [(col("k"), "k")], AGGREGATES, mode=AggregateMode.PARTIAL)
+    pool = MemoryPool(None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hash_aggregate_module, "COALESCE_ROWS", 2000)  # runs of 4 batches
+        patch.setattr(hash_aggregate_module, "MERGE_EVERY_BATCHES", 3)
+        async with open_task_context(Session(), memory_pool=pool) as ctx:
+            got = await collect(plan, ctx)
+    assert len(probe.held) == len(batches)
+    states = 16_384  # at most 3 states of 8 groups, and a merge of them: a few KiB
+    for i, held in enumerate(probe.held):
+        # The 4th batch of a run is reduced before the next is asked for: states only.
+        buffered = sum(b.nbytes for b in batches[i - i % 4 : i + 1]) if i % 4 != 3 else 0
+        assert buffered <= held < buffered + states, i
+    assert pool.reserved == 0
+    final = HashAggregate(
+        MemoryScan.from_table(got, 1), [(col("k"), "k")], AGGREGATES, mode=AggregateMode.FINAL
+    )
+    assert canonical(await run(final), ["k"]) == canonical(expected(table, ["k"]), ["k"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 60), min_size=1, max_size=20),
+    coalesce_rows=st.integers(1, 200),
+    merge_every=st.integers(1, 4),
+    mode=st.sampled_from(["single", "coalesce", "repartition"]),
+)
+async def test_a_udf_aggregate_gives_the_same_result_whatever_the_batching(
+    sizes: list[int], coalesce_rows: int, merge_every: int, mode: str
+) -> None:
+    """A UDF sees one run's rows at a time (off the loop): coalescing must not change them."""
+    session = SessionStateBuilder().with_aggregate_udf(sum_of_squares()).build()
+    table = sample_table(sum(sizes))
+    batches, start = [], 0
+    for size in sizes:
+        batches.append(table.slice(start, size).combine_chunks().to_batches()[0])
+        start += size
+    scan = MemoryScan(table.schema, [batches])
+    aggregates = [agg("sum_sq", col("v"), name="ss"), agg("count", name="rows")]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hash_aggregate_module, "COALESCE_ROWS", coalesce_rows)
+        patch.setattr(hash_aggregate_module, "MERGE_EVERY_BATCHES", merge_every)
+        plan = (
+            HashAggregate(scan, [(col("k"), "k")], aggregates, functions=session)
+            if mode == "single"
+            else two_phase(scan, ["k"], aggregates, mode, session)
+        )
+        got = await run(plan, session)
+    squares = pc.multiply(table["v"], table["v"])
+    exp = (
+        pa.table({"k": table["k"], "sq": squares})
+        .group_by(["k"])
+        .aggregate([("sq", "sum", pc.ScalarAggregateOptions(min_count=0)), ([], "count_all")])
+        .rename_columns(["k", "ss", "rows"])
+    )
+    assert canonical(got, ["k"]) == canonical(exp, ["k"])
+
+
 def test_decoding_the_same_aggregate_again_infers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers decode the same node for every task: inference ran Acero twice each time."""
     codec = HashAggregateCodec()
@@ -330,18 +422,66 @@ def test_decoding_the_same_aggregate_again_infers_nothing(monkeypatch: pytest.Mo
     assert again.children[0] is child
 
 
-def test_an_aggregate_calling_user_code_is_inferred_every_time() -> None:
-    session = SessionStateBuilder().with_aggregate_udf(sum_of_squares()).build()
-    codec = HashAggregateCodec()
+def test_building_the_same_aggregate_again_infers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients build a plan per query (the coordinator ran Acero twice per node each time)."""
     table = sample_table(100)
-    aggregates = [agg("sum_sq", col("v"), name="ss")]
-    plan = HashAggregate(MemoryScan.from_table(table, 1), [], aggregates, functions=session)
-    payload = codec.encode(plan)
+    first = HashAggregate(MemoryScan.from_table(table, 1), [(col("k"), "k")], AGGREGATES)
+    monkeypatch.setattr(hash_aggregate_module, "group_aggregate", None)  # any call would fail
+    again = HashAggregate(MemoryScan.from_table(table, 4), [(col("k"), "k")], AGGREGATES)
+    assert again.schema.equals(first.schema)
+
+
+def test_another_input_schema_is_inferred_again() -> None:
+    """The output types follow the input's: a cached inference must not leak across schemas."""
+    aggregates = [agg("sum", col("v"), name="s"), agg("min", col("k"), name="m")]
+    ints = pa.table({"k": pa.array([1, 2], pa.int32()), "v": pa.array([1, 2], pa.int64())})
+    floats = pa.table({"k": pa.array(["a", "b"]), "v": pa.array([1.5, 2.5])})
+    plans = [
+        HashAggregate(MemoryScan.from_table(t, 1), [], aggregates) for t in (ints, floats, ints)
+    ]
+    assert [p.schema.field("s").type for p in plans] == [pa.int64(), pa.float64(), pa.int64()]
+    assert [p.schema.field("m").type for p in plans] == [pa.int32(), pa.string(), pa.int32()]
+    rebuilt = plans[0].with_children([MemoryScan.from_table(floats, 1)])
+    assert rebuilt.schema.field("s").type == pa.float64()
+
+
+def test_the_inference_cache_is_bounded_and_minds_schema_metadata() -> None:
+    cache = hash_aggregate_module._InferenceCache(2)
+    schemas = [pa.schema([pa.field(f"c{i}", pa.int64())]) for i in range(3)]
+    keys = [(AggregateMode.SINGLE, (), (), schema) for schema in schemas]
+    for i, key in enumerate(keys):
+        cache.put(key, (schemas[i], True))
+    assert len(cache) == 2
+    assert cache.get(keys[0]) is None  # the least recently used went
+    assert cache.get(keys[2]) == (schemas[2], True)
+    # Schemas compare equal whatever their metadata: the stored one is checked with it.
+    tagged = (AggregateMode.SINGLE, (), (), schemas[2].with_metadata({"origin": "x"}))
+    assert cache.get(tagged) is None
+
+
+def test_an_aggregate_calling_user_code_is_inferred_every_time() -> None:
+    """A session's UDF may shadow a builtin's name: such nodes are never cached, and a builtin
+    cached under the same name is not used for them."""
+    table = sample_table(100)
+    builtin = HashAggregate(MemoryScan.from_table(table, 1), [], [agg("sum", col("v"), name="s")])
+    assert builtin.schema.field("s").type == pa.float64()
+
+    def step(args: Sequence[pa.Array], ids: pa.Array, groups: int) -> list[pa.Array]:
+        return [pa.array([""] * groups)]
+
+    shadow = AggregateUdf("sum", pa.string(), (pa.string(),), step, step, lambda s: s[0])
+    session = SessionStateBuilder().with_aggregate_udf(shadow).build()
+    size = len(hash_aggregate_module._INFERRED)
+    udf = HashAggregate(
+        MemoryScan.from_table(table, 1), [], [agg("sum", col("v"), name="s")], functions=session
+    )
+    assert udf.schema.field("s").type == pa.string()
+    assert len(hash_aggregate_module._INFERRED) == size
+    codec = HashAggregateCodec()
     decoded = codec.decode(
         HashAggregate.name,
-        payload,
+        codec.encode(udf),
         [MemoryScan.from_table(table, 1)],
         DecodeContext(session, CodecRegistry.builtin()),
     )
-    assert decoded.schema.equals(plan.schema)
-    assert not codec._inferred  # a session's UDF may shadow a builtin of another session
+    assert decoded.schema.field("s").type == pa.string()
