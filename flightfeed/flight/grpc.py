@@ -26,6 +26,7 @@ from hyperframe.frame import GoAwayFrame
 from ..errors import ResourceExhausted
 from ..messages import parse_strict
 from ..protoencode import encode_message
+from .call_count import CallCount
 from .connection_guard import ConnectionGuard
 from .connection_limits import ConnectionCount, ConnectionLimits
 from .h2buffer import install as install_streaming_buffer
@@ -373,12 +374,14 @@ class GrpcServer(ServerBase):
         *,
         keepalive: KeepalivePolicy | None = None,
         limits: ConnectionLimits | None = None,
+        calls: CallCount | None = None,
     ) -> None:
         apply_process_tuning()
         super().__init__(
             handlers,
             raw_message_type=RawBytes,
             check=_refused,
+            calls=calls,
             codec=MessageCodec(max_message_size),
             config=grpc_config(),
         )

@@ -40,3 +40,19 @@ async def release_when_idle(
             continue  # busy again within the delay: wait for the next quiet spell
         await anyio.to_thread.run_sync(release)
         await changed()  # released once per quiet spell
+
+
+def first_change(*changed: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """A `changed` for release_when_idle that returns when any of several sources changes."""
+
+    async def wait() -> None:
+        async with anyio.create_task_group() as waiters:
+
+            async def until(source: Callable[[], Awaitable[None]]) -> None:
+                await source()
+                waiters.cancel_scope.cancel()
+
+            for source in changed:
+                waiters.start_soon(until, source)
+
+    return wait

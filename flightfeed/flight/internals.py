@@ -37,6 +37,8 @@ from grpclib.protocol import H2Protocol
 from h2.connection import ConnectionInputs
 from h2.stream import StreamInputs
 
+from .call_count import CallCount
+
 CLASS_ATTRIBUTES: Final[Mapping[type, tuple[str, ...]]] = {
     grpclib.server.Server: ("_protocol_factory", "__gc_step__"),
     grpclib.server.Handler: ("__gc_step__",),
@@ -270,12 +272,13 @@ class RefusingHandler(grpclib.server.Handler):
     A call's task leaves the handler when it is done. grpclib sweeps finished tasks only every
     tenth new call, so after a burst the last calls' tasks, with their streams, results and
     tracebacks, stayed until ten more calls came on that connection: 2,000 of them after 1,000
-    concurrent queries.
+    concurrent queries. `calls` counts the calls running, across the server's connections.
     """
 
-    def __init__(self, *args: Any, check: RequestCheck) -> None:
+    def __init__(self, *args: Any, check: RequestCheck, calls: CallCount) -> None:
         super().__init__(*args)
         self.check = check
+        self.calls = calls
 
     def accept(
         self, stream: grpclib.protocol.Stream, headers: Any, release_stream: Callable[[], Any]
@@ -286,12 +289,14 @@ class RefusingHandler(grpclib.server.Handler):
         else:
             self.__gc_step__()
             self._tasks[stream] = self.loop.create_task(_refuse(stream, *refused, release_stream))
+        self.calls.started()
         self._tasks[stream].add_done_callback(partial(self._forget, stream))
 
     def _forget(self, stream: grpclib.protocol.Stream, task: asyncio.Task[None]) -> None:
         if self._tasks.get(stream) is task:
             del self._tasks[stream]
         self._cancelled.discard(task)
+        self.calls.ended()
 
     def cancel(self, stream: grpclib.protocol.Stream) -> None:
         """Cancel the call on `stream`, if it still runs: a peer's reset may follow ours."""
@@ -346,7 +351,8 @@ def _serve_all(headers: Iterable[tuple[str, str]]) -> None:
 
 class ServerBase(grpclib.server.Server):
     """grpclib's Server building its connections with `make_protocol`, answering unknown
-    methods with UNIMPLEMENTED, and able to close every open connection."""
+    methods with UNIMPLEMENTED, counting the calls it runs, and able to close every open
+    connection."""
 
     def __init__(
         self,
@@ -354,10 +360,12 @@ class ServerBase(grpclib.server.Server):
         *,
         raw_message_type: type,
         check: RequestCheck = _serve_all,
+        calls: CallCount | None = None,
         **options: Any,
     ) -> None:
         super().__init__(handlers, **options)
         self._check = check
+        self.calls = calls or CallCount()
         self._mapping = _MethodsOrUnimplemented(self._mapping, raw_message_type)
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
 
@@ -373,6 +381,7 @@ class ServerBase(grpclib.server.Server):
             self._status_details_codec,
             self.__dispatch__,
             check=self._check,
+            calls=self.calls,
         )
         self._handlers.add(handler)
         protocol: H2Protocol = self.make_protocol(handler, self._config, self._h2_config)

@@ -36,6 +36,7 @@ from .._generated.arrow.flight.protocol import (
     Ticket,
 )
 from ..errors import FlightfeedError, InvalidArgument, Unimplemented
+from .call_count import CallCount
 from .codec import DEFAULT_MAX_DECODED_SIZE
 from .connection_limits import ConnectionLimits
 from .errors import PLAIN_ERRORS, ErrorMapping, StatusReply
@@ -392,6 +393,7 @@ class FlightServer:
         errors: ErrorMapping = PLAIN_ERRORS,
         limits: ConnectionLimits | None = None,
         max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
+        calls: CallCount | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
@@ -401,8 +403,14 @@ class FlightServer:
             max_message_size,
             keepalive=keepalive,
             limits=limits,
+            calls=calls,
         )
         self._started = False
+
+    @property
+    def calls(self) -> CallCount:
+        """The calls running on this server's connections."""
+        return self._grpc.calls
 
     @property
     def location(self) -> str:

@@ -38,8 +38,9 @@ class WorkerConfig:
     memory_limit: bytes every task together may hold (the worker's memory pool); a task's own
         limit is its session's memory budget, if lower. None: unbounded. Default: half the
         machine's (or cgroup's) memory.
-    release_memory_after: seconds without tasks after which the worker hands freed memory back
-        to the operating system (a burst's peak would otherwise stay resident; None: never).
+    release_memory_after: seconds without tasks or calls after which the worker hands freed
+        memory back to the operating system (a burst's peak would otherwise stay resident;
+        None: never).
     """
 
     plan_wait_timeout: float = 10.0

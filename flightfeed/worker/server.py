@@ -12,8 +12,9 @@ from typing import Any
 
 import anyio
 
-from ..flight.idle_release import release_when_idle
+from ..flight.idle_release import first_change, release_when_idle
 from ..flight.server import FlightServer
+from ..flight.tuning import release_free_memory
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE
 from ..protocol import inprocess
 from ..protocol.errors import TYPED_ERRORS
@@ -76,6 +77,7 @@ class Worker:
             limits=self.config.connections,
             errors=TYPED_ERRORS,
             max_message_size=max_message_size,
+            calls=self.state.calls,
         )
         self._stack: AsyncExitStack | None = None
 
@@ -102,17 +104,24 @@ class Worker:
             registry = self.state.registry
             tg.start_soon(registry.reap_idle, name="idle task reaper")
             if self.config.release_memory_after is not None:
+                # Quiet: no tasks, and no calls either (refused calls never make a task).
+                calls = self.state.calls
                 tg.start_soon(
                     partial(
                         release_when_idle,
-                        lambda: len(registry) > 0,
-                        registry.changed,
+                        lambda: len(registry) > 0 or calls.busy(),
+                        first_change(registry.changed, calls.changed),
                         delay=self.config.release_memory_after,
+                        release=self._release_memory,
                     ),
                     name="idle memory release",
                 )
             self._stack = stack.pop_all()
         return self
+
+    def _release_memory(self) -> None:
+        release_free_memory()
+        self.state.memory_releases += 1  # (an int store: atomic under the GIL)
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._stack is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..flight.call_count import CallCount
 from ..plan.memory import MemoryPool
 from ..session import SessionBuilder
 from .config import WorkerConfig
@@ -20,6 +21,10 @@ class WorkerState:
     """The worker's location (known once it serves); error origins name it."""
     memory: MemoryPool = field(init=False)
     """What every task's operators reserve from (WorkerConfig.memory_limit)."""
+    calls: CallCount = field(default_factory=CallCount)
+    """The calls running on the worker's port (none in process: calls are not counted)."""
+    memory_releases: int = 0
+    """Times the worker handed freed memory back after going quiet."""
 
     def __post_init__(self) -> None:
         self.memory = MemoryPool(self.config.memory_limit)

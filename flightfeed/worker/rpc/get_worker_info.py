@@ -1,5 +1,6 @@
 """GetWorkerInfo: the worker's version, so coordinators refuse mismatched workers, and what it
-holds now (tasks, waiting ExecuteTasks, event-loop tasks), so operators and load tests can see
+holds now (tasks, waiting ExecuteTasks, event-loop tasks, calls) and how often it gave memory
+back, so operators and load tests can see
 that state is dropped once queries end."""
 
 from __future__ import annotations
@@ -17,4 +18,6 @@ def get_worker_info(state: WorkerState | None = None) -> GetWorkerInfoResponse:
         info.tasks = len(state.registry)
         info.plan_waiters = state.registry.waiting
         info.event_loop_tasks = len(asyncio.all_tasks())
+        info.calls = state.calls.running
+        info.memory_releases = state.memory_releases
     return info

@@ -5,7 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from flightfeed.flight.idle_release import release_when_idle
+from flightfeed.flight.call_count import CallCount
+from flightfeed.flight.idle_release import first_change, release_when_idle
 from flightfeed.flight.tuning import release_free_memory
 
 pytestmark = pytest.mark.anyio
@@ -81,3 +82,48 @@ async def test_a_spell_cut_short_by_new_work_releases_nothing() -> None:
 
 def test_release_free_memory_runs_here() -> None:
     release_free_memory()  # glibc's malloc_trim and Arrow's pool; a no-op where absent
+
+
+async def test_a_call_count_wakes_waiters_on_its_edges_only() -> None:
+    calls = CallCount()
+    woken: list[int] = []
+
+    async def watch() -> None:
+        while True:
+            await calls.changed()
+            woken.append(calls.running)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        await anyio.wait_all_tasks_blocked()
+        calls.started()  # 0 → 1: an edge
+        await anyio.wait_all_tasks_blocked()
+        calls.started()
+        calls.ended()  # 2 → 1 → … busy throughout: no wake-up
+        await anyio.wait_all_tasks_blocked()
+        calls.ended()  # 1 → 0: an edge
+        await anyio.wait_all_tasks_blocked()
+        assert woken == [1, 0]
+        assert not calls.busy()
+        tg.cancel_scope.cancel()
+    with pytest.raises(RuntimeError, match="without a call started"):
+        calls.ended()
+
+
+async def test_first_change_returns_on_any_source_and_leaves_no_waiter_behind() -> None:
+    tasks, calls = Load(), CallCount()
+    changed = first_change(tasks.changed, calls.changed)
+    for poke in (lambda: tasks.set(1), calls.started):
+        done = anyio.Event()
+
+        async def wait(finished: anyio.Event = done) -> None:
+            await changed()
+            finished.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await anyio.wait_all_tasks_blocked()
+            assert not done.is_set()
+            poke()
+            with anyio.fail_after(5):
+                await done.wait()  # the group exits: the other source's waiter was cancelled

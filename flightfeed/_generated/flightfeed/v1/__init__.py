@@ -609,6 +609,16 @@ class GetWorkerInfoResponse(betterproto2.Message):
     Tasks alive on the worker's event loop (every call, task and background job).
     """
 
+    calls: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+    """
+    Calls running on the worker's port, this one included.
+    """
+
+    memory_releases: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+    """
+    Times the worker handed freed memory back to the system after going quiet.
+    """
+
 
 default_message_pool.register_message(
     "flightfeed.v1", "GetWorkerInfoResponse", GetWorkerInfoResponse
