@@ -9,6 +9,7 @@ delivery log) is let go. The store keeps the last `capacity` queries.
 
 from __future__ import annotations
 
+import math
 import struct
 import time
 from collections import OrderedDict
@@ -203,8 +204,8 @@ def _sent_counts(dispatcher: FeedDispatcher) -> dict[tuple[bytes, int], tuple[in
 
 def _received_counts(task_metrics: MetricsSet | None) -> dict[tuple[bytes, int], _Received]:
     """The inbox's per-partition feed metrics out of TaskMetrics.task_metrics (see
-    FeedInbox.to_metrics): counts, and latency sketches of 101 sorted samples, one per
-    latency, from which p50, p95 and p99 are all read."""
+    FeedInbox.to_metrics): counts, and latency sketches of up to 101 sorted samples, one
+    per latency, from which p50, p95 and p99 are all read."""
     if task_metrics is None:
         return {}
     counts: dict[tuple[bytes, int], dict[str, int]] = {}
@@ -251,14 +252,17 @@ def _sketch_of(metric: Metric) -> PercentileLatency | None:
 
 
 def _percentiles(sketch: bytes, count: int) -> Percentiles:
-    """p50/p95/p99 from a sketch of sorted samples at evenly spaced quantiles."""
+    """p50/p95/p99 from a sketch: every sample, sorted (read by rank, as the worker's
+    histogram reads them), or sorted samples at evenly spaced quantiles."""
     points = len(sketch) // 8
     if points == 0:
         return Percentiles(count=count)
     last = points - 1
+    every_sample = points == count
 
     def at(q: float) -> int:
-        value: int = _U64.unpack_from(sketch, 8 * round(q * last))[0]
+        index = min(last, max(0, math.ceil(q * points) - 1)) if every_sample else round(q * last)
+        value: int = _U64.unpack_from(sketch, 8 * index)[0]
         return value
 
     return Percentiles(count=count, p50_ns=at(0.5), p95_ns=at(0.95), p99_ns=at(0.99))

@@ -560,10 +560,11 @@ class FeedInbox:
     def to_metrics(self) -> list[Metric]:
         """The feed metrics as TaskMetrics entries, labelled with the feed id per partition.
 
-        Counts are NamedCounts; each latency is one PercentileLatency sketch (sorted samples
-        at 101 quantiles) under custom_p50_latency. The sketch holds the whole distribution,
-        so readers take p95 and p99 from the same one: sending it again under
-        custom_p95/p99_latency tripled the largest part of TaskMetrics for nothing.
+        Counts are NamedCounts; each latency is one PercentileLatency sketch (the sorted
+        samples, or 101 quantiles of them when there are more) under custom_p50_latency. The
+        sketch holds the whole distribution, so readers take p95 and p99 from the same one:
+        sending it again under custom_p95/p99_latency tripled the largest part of TaskMetrics
+        for nothing.
         """
         out: list[Metric] = []
         for (feed_id, partition), slot in self._slots.items():

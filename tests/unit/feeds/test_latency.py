@@ -90,3 +90,20 @@ def test_a_small_histogram_reads_its_staged_samples_as_the_folded_one_does(
     assert staged.sketch() == folded.sketch()
     assert staged.sketch(7) == folded.sketch(7)
     assert staged.percentiles() == folded.percentiles()
+
+
+@settings(max_examples=100)
+@given(values=st.lists(st.integers(0, 2**40), min_size=1, max_size=101), fold=st.booleans())
+def test_a_sketch_of_few_samples_is_every_sample_bucketed(values: list[int], fold: bool) -> None:
+    """A partition of a few dozen units sends its samples, not 101 quantiles of them."""
+    histogram = LatencyHistogram()
+    if fold:
+        histogram.add_many(values)
+    else:
+        for value in values:
+            histogram.add(value)
+    sketch = np.frombuffer(histogram.sketch(101), dtype="<u8").tolist()
+    assert len(sketch) == len(values)
+    assert sketch == sorted(sketch)
+    for got, value in zip(sketch, sorted(values), strict=True):
+        assert abs(got - value) <= value * RELATIVE_ERROR
