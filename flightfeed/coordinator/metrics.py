@@ -15,13 +15,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeAlias
 
 import anyio
 
 from ..feeds import FeedDispatcher, Percentiles
 from ..plan.metrics import NodeMetrics
 from ..protocol import Metric, MetricsSet, PercentileLatency, TaskMetrics
+from ..protocol.channel_wire import EncodedTaskMetrics
 
 DEFAULT_CAPACITY: Final = 256
 _U64: Final = struct.Struct("<Q")
@@ -52,9 +53,16 @@ class _Received:
     created_to_processed: Percentiles = field(default_factory=Percentiles)
 
 
+ReportedMetrics: TypeAlias = TaskMetrics | EncodedTaskMetrics
+"""A task's metrics as its channel delivered them: parsed, or still encoded."""
+_Parsed: TypeAlias = tuple[list[MetricsSet], MetricsSet | None, dict[tuple[bytes, int], _Received]]
+"""A task's node metrics, its task-wide metrics and its feeds' received counts."""
+
+
 @dataclass(eq=False)
 class TaskRecord:
-    """One task of a query: where it ran, how it ended and what it reported."""
+    """One task of a query: where it ran, how it ended and what it reported. The worker's
+    metrics are parsed when first read: no query needs them to finish."""
 
     stage_id: int
     task_number: int
@@ -62,35 +70,56 @@ class TaskRecord:
     feed_partitions: Mapping[bytes, Sequence[int]] = field(default_factory=dict)
     """Per feed id, the global partition of each task-local partition."""
     status: str = "running"
-    plan_metrics: list[MetricsSet] = field(default_factory=list)
-    """Pre-order node metrics of the task's plan, as the worker sent them."""
-    task_metrics: MetricsSet | None = None
     _dispatcher: FeedDispatcher | None = None
     _sent: dict[tuple[bytes, int], tuple[int, int]] = field(default_factory=dict)
-    _received: dict[tuple[bytes, int], _Received] = field(default_factory=dict)
+    _reported: ReportedMetrics | None = None
+    _parsed: _Parsed | None = None
 
     def attach(self, dispatcher: FeedDispatcher) -> None:
         self._dispatcher = dispatcher
 
-    def finish(self, status: str, metrics: TaskMetrics | None = None) -> None:
-        """Snapshot the dispatcher's counts and parse the worker's metrics; drop the rest."""
+    def finish(self, status: str, metrics: ReportedMetrics | None = None) -> None:
+        """Snapshot the dispatcher's counts and keep the worker's metrics; drop the rest."""
         self.status = status
         if self._dispatcher is not None:
             self._sent = _sent_counts(self._dispatcher)
             self._dispatcher = None
         if metrics is not None:
-            self.plan_metrics = list(metrics.pre_order_plan_metrics)
-            self.task_metrics = metrics.task_metrics
-            self._received = _received_counts(metrics.task_metrics)
+            self._reported, self._parsed = metrics, None
+
+    @property
+    def plan_metrics(self) -> list[MetricsSet]:
+        """Pre-order node metrics of the task's plan, as the worker sent them."""
+        return self._metrics()[0]
+
+    @property
+    def task_metrics(self) -> MetricsSet | None:
+        """Task-wide metrics (the plan's arrival, the feeds'), as the worker sent them."""
+        return self._metrics()[1]
+
+    def _metrics(self) -> _Parsed:
+        if self._parsed is None:
+            reported = self._reported
+            if isinstance(reported, EncodedTaskMetrics):
+                reported = reported.decode()  # InvalidArgument if the worker sent garbage
+            if reported is None:
+                self._parsed = ([], None, {})
+            else:
+                task_metrics = reported.task_metrics
+                plan = list(reported.pre_order_plan_metrics)
+                self._parsed = (plan, task_metrics, _received_counts(task_metrics))
+            self._reported = None
+        return self._parsed
 
     def feeds(self) -> dict[tuple[bytes, int], FeedPartitionMetrics]:
         """Per (feed id, global partition) of this task."""
         sent = _sent_counts(self._dispatcher) if self._dispatcher is not None else self._sent
+        received = self._metrics()[2]
         out: dict[tuple[bytes, int], FeedPartitionMetrics] = {}
         for feed_id, globals_ in self.feed_partitions.items():
             for local, global_partition in enumerate(globals_):
                 pulled, units_sent = sent.get((feed_id, local), (0, 0))
-                got = self._received.get((feed_id, local), _Received())
+                got = received.get((feed_id, local), _Received())
                 out[(feed_id, global_partition)] = FeedPartitionMetrics(
                     feed_id=feed_id,
                     partition=global_partition,

@@ -27,6 +27,8 @@ from ..feeds import (
 from ..plan.base import TaskContext
 from ..plan.functions import PlanSession
 from ..protocol import SetPlanRequest, TaskChannel, TaskId, TaskMetrics, WorkUnitBatch, from_detail
+from ..protocol.channel_wire import EncodedTaskMetrics
+from .metrics import ReportedMetrics
 from .query import QueryRuntime, TaskRun
 
 SEND_FAILURE_GRACE: Final = 1.0
@@ -70,7 +72,7 @@ async def _run(
     session: PlanSession,
     options: DispatchOptions,
     headers: Mapping[str, str] | None,
-) -> TaskMetrics:
+) -> ReportedMetrics:
     channel: TaskChannel | None = None
 
     async def send(batch: WorkUnitBatch) -> None:
@@ -127,9 +129,9 @@ async def _serve(
     channel: TaskChannel,
     dispatcher: FeedDispatcher | None,
     on_read: Callable[[Sequence[int]], None],
-) -> TaskMetrics:
+) -> ReportedMetrics:
     """Dispatch units and apply grants until the task's metrics arrive."""
-    metrics: TaskMetrics | None = None
+    metrics: ReportedMetrics | None = None
     failure: Exception | None = None
     send_failure: Exception | None = None
     async with anyio.create_task_group() as tg:
@@ -167,8 +169,10 @@ async def _await_metrics(
     channel: TaskChannel,
     dispatcher: FeedDispatcher | None,
     on_read: Callable[[Sequence[int]], None],
-) -> TaskMetrics:
+) -> ReportedMetrics:
     async for message in channel.messages():
+        if isinstance(message, EncodedTaskMetrics):
+            return message  # parsed when someone reads them (coordinator/metrics.py)
         kind, value = betterproto2.which_one_of(message, "inner")
         if kind == "partitions_read":
             on_read(message.partitions_read.partitions if message.partitions_read else [])

@@ -27,6 +27,7 @@ from .._generated.flightfeed.v1 import (
     WorkUnitBatch,
 )
 from ..errors import RemoteError
+from .channel_wire import EncodedTaskMetrics, WorkerMessage
 from .errors import from_detail
 
 Headers = Mapping[str, str]
@@ -48,9 +49,10 @@ class TaskChannel(Protocol):
         """No more control messages (the task keeps running); bounded, never raises."""
         ...
 
-    def messages(self) -> AsyncIterator[WorkerToCoordinatorMsg]:
-        """What the worker sends: feed credits, task errors, and TaskMetrics last. Raises the
-        worker's error (a FlightfeedError) when the channel fails."""
+    def messages(self) -> AsyncIterator[WorkerMessage]:
+        """What the worker sends: feed credits, task errors, and TaskMetrics last (encoded, when
+        they came over the network: `EncodedTaskMetrics.decode()`). Raises the worker's error
+        (a FlightfeedError) when the channel fails."""
         ...
 
     async def wait_metrics(self) -> TaskMetrics:
@@ -126,11 +128,13 @@ class WorkerEndpoint(Protocol):
 class MetricsWaiter:
     """`wait_metrics` for task channels, on top of their `messages()`."""
 
-    def messages(self) -> AsyncIterator[WorkerToCoordinatorMsg]:
+    def messages(self) -> AsyncIterator[WorkerMessage]:
         raise NotImplementedError
 
     async def wait_metrics(self) -> TaskMetrics:
         async for message in self.messages():
+            if isinstance(message, EncodedTaskMetrics):
+                return message.decode()
             kind, value = betterproto2.which_one_of(message, "inner")
             if kind == "task_metrics":
                 metrics: TaskMetrics = value

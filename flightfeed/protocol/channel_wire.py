@@ -5,13 +5,15 @@ A worker sends credits all through a task, and betterproto2 spends tens of micro
 building or parsing each few-byte message (a byte-at-a-time reader and per-field defaults
 looked up under `warnings.catch_warnings`). These do it in a few. Decoding is as strict as
 `flightfeed.messages.parse_strict`: tags, wire types checked against the schema, lengths
-within their message, InvalidArgument naming the field. Anything else (TaskMetrics, errors,
-or a message of an unusual shape) goes through the generic strict parse.
+within their message, InvalidArgument naming the field. TaskMetrics are kept as they came
+(EncodedTaskMetrics) and parsed, as strictly, when first read. Anything else (errors, or a
+message of an unusual shape) goes through the generic strict parse.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import Final, TypeAlias
 
 import betterproto2
 
@@ -19,10 +21,12 @@ from .._generated.flightfeed.v1 import (
     FeedCredits,
     PartitionCredit,
     PartitionsRead,
+    TaskMetrics,
     WorkerToCoordinatorMsg,
 )
 from ..errors import InvalidArgument
 from ..flight.grpc import parse_message
+from ..messages import parse_strict
 from ..protoencode import encode_message
 from ..protowire import (
     WIRE_I32,
@@ -36,6 +40,7 @@ from ..protowire import (
 
 _NAME: Final = "WorkerToCoordinatorMsg"
 _U64: Final = (1 << 64) - 1
+_TASK_METRICS: Final = 0x0A  # WorkerToCoordinatorMsg.task_metrics: field 1, length-delimited
 _FEED_CREDITS: Final = 0x12  # WorkerToCoordinatorMsg.feed_credits: field 2, length-delimited
 _PARTITIONS_READ: Final = 0x22  # WorkerToCoordinatorMsg.partitions_read: field 4
 _WIRE_NAMES: Final = {
@@ -53,6 +58,34 @@ _CREDIT_FIELDS: Final = {
     4: ("finished", "bool"),
 }
 _READ_FIELDS: Final = {1: ("partitions", "uint64")}
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedTaskMetrics:
+    """A worker's TaskMetrics as they came off the channel, parsed when first read.
+
+    Nothing on a query's path reads them (operators, EXPLAIN ANALYZE and tests do, through the
+    coordinator's metrics store), and building their hundred-odd messages per task was a tenth
+    of a busy coordinator's CPU. They are held to the channel's message size limit.
+    """
+
+    data: bytes
+
+    def decode(self) -> TaskMetrics:
+        """The metrics; InvalidArgument naming the field if the worker sent malformed ones."""
+        return parse_strict(TaskMetrics, self.data)
+
+
+WorkerMessage: TypeAlias = WorkerToCoordinatorMsg | EncodedTaskMetrics
+"""What a task channel yields: TaskMetrics arrive encoded (from a worker over the network) or
+as a WorkerToCoordinatorMsg (from one in this process)."""
+
+
+def task_metrics_of(message: WorkerMessage) -> TaskMetrics | EncodedTaskMetrics | None:
+    """The task's metrics, if `message` carries them."""
+    if isinstance(message, EncodedTaskMetrics):
+        return message
+    return message.task_metrics
 
 
 # -- encode ------------------------------------------------------------------------------------
@@ -104,9 +137,14 @@ def _varint(value: int) -> bytes:
 # -- decode ------------------------------------------------------------------------------------
 
 
-def decode_worker_message(data: bytes, max_message_size: int) -> WorkerToCoordinatorMsg:
+def decode_worker_message(data: bytes, max_message_size: int) -> WorkerMessage:
     """A WorkerToCoordinatorMsg from untrusted bytes: FeedCredits and PartitionsRead by hand,
-    anything else through the generic strict parse (size limit included)."""
+    TaskMetrics left encoded, anything else through the generic strict parse (size limit
+    included)."""
+    if len(data) <= max_message_size and len(data) >= 2 and data[0] == _TASK_METRICS:
+        encoded = _encoded_metrics(data)
+        if encoded is not None:
+            return encoded
     if (
         len(data) <= max_message_size
         and len(data) >= 2
@@ -123,6 +161,17 @@ def decode_worker_message(data: bytes, max_message_size: int) -> WorkerToCoordin
         if fast is not None:
             return fast
     return parse_message(data, WorkerToCoordinatorMsg, max_message_size)
+
+
+def _encoded_metrics(data: bytes) -> EncodedTaskMetrics | None:
+    """The TaskMetrics, still encoded, if they are all the message holds."""
+    try:
+        length, pos = _read_varint(memoryview(data), 1)
+    except (IndexError, InvalidArgument):
+        return None  # the generic parse says what is wrong
+    if pos + length != len(data):
+        return None
+    return EncodedTaskMetrics(data[pos:])
 
 
 def _decode_fast(buf: memoryview) -> WorkerToCoordinatorMsg | None:
@@ -229,4 +278,10 @@ def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
     return decode_varint(buf, pos)
 
 
-__all__ = ["decode_worker_message", "encode_worker_message"]
+__all__ = [
+    "EncodedTaskMetrics",
+    "WorkerMessage",
+    "decode_worker_message",
+    "encode_worker_message",
+    "task_metrics_of",
+]

@@ -32,6 +32,7 @@ from .._generated.flightfeed.v1 import (
 )
 from ..errors import Cancelled, FlightfeedError, InvalidArgument, RemoteError, as_flightfeed_error
 from .channel import Headers, MetricsWaiter, WorkerEndpoint
+from .channel_wire import WorkerMessage
 
 SCHEME: Final = "inproc://"
 CONTROL_BUFFER: Final = 16
@@ -100,7 +101,7 @@ class InProcessTaskChannel(MetricsWaiter):
     async def done_sending(self) -> None:
         await self._inbound.aclose()
 
-    async def messages(self) -> AsyncIterator[WorkerToCoordinatorMsg]:
+    async def messages(self) -> AsyncIterator[WorkerMessage]:
         async for item in self._outbound:
             if isinstance(item, _Failure):
                 raise item.error

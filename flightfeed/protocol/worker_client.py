@@ -26,7 +26,6 @@ from .._generated.flightfeed.v1 import (
     GetWorkerInfoRequest,
     GetWorkerInfoResponse,
     SetPlanRequest,
-    WorkerToCoordinatorMsg,
     WorkUnitBatch,
 )
 from ..concurrency import off_loop
@@ -56,7 +55,7 @@ from ..flight.wakeup import cancel_baseline
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE, send_encoded
 from ..protoencode import encode_message
 from .channel import MetricsWaiter
-from .channel_wire import decode_worker_message
+from .channel_wire import WorkerMessage, decode_worker_message
 from .errors import TYPED_ERRORS
 
 log = logging.getLogger(__name__)
@@ -127,7 +126,7 @@ class GrpcTaskChannel(MetricsWaiter):
         else:
             mark_request_ended(self._stream)  # the worker closed the call already
 
-    async def messages(self) -> AsyncIterator[WorkerToCoordinatorMsg]:
+    async def messages(self) -> AsyncIterator[WorkerMessage]:
         task, baseline = cancel_baseline()
         try:
             async for raw in self._stream:

@@ -120,8 +120,8 @@ class Worker:
         return self
 
     def _release_memory(self) -> None:
+        self.state.memory_releases += 1  # (only this thread writes it; readers see it whole)
         release_free_memory()
-        self.state.memory_releases += 1  # (an int store: atomic under the GIL)
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._stack is not None

@@ -16,7 +16,9 @@ from flightfeed._generated.flightfeed.v1 import (
     WorkUnitBatch,
 )
 from flightfeed.coordinator.metrics import TaskRecord
+from flightfeed.errors import InvalidArgument
 from flightfeed.feeds import FeedInbox, LatencyHistogram, UnitRun, encode_batch
+from flightfeed.protocol.channel_wire import EncodedTaskMetrics
 
 pytestmark = pytest.mark.anyio
 
@@ -71,3 +73,30 @@ def test_a_sketch_repeated_per_percentile_field_is_read_the_same() -> None:
     assert abs(latency.p50_ns - 500) <= 500 / 32 + 10  # one quantile step of 101 points
     assert abs(latency.p95_ns - 950) <= 950 / 32 + 10
     assert abs(latency.p99_ns - 990) <= 990 / 32 + 10
+
+
+def test_a_task_record_parses_encoded_metrics_when_first_read() -> None:
+    histogram = LatencyHistogram()
+    histogram.add_many(range(1, 41))
+    where = {"labels": [Label(name="feed", value=FEED.hex())], "partition": 0}
+    sketch = PercentileLatency(name="feed_created_to_received", sketch_bytes=histogram.sketch())
+    metrics = TaskMetrics(
+        pre_order_plan_metrics=[MetricsSet(metrics=[Metric(count=NamedCount(name="n", value=1))])],
+        task_metrics=MetricsSet(
+            metrics=[
+                Metric(count=NamedCount(name="feed_units_received", value=40), **where),
+                Metric(custom_p50_latency=sketch, **where),
+            ]
+        ),
+    )
+    task = TaskRecord(0, 0, "grpc://w", feed_partitions={FEED: [0]})
+    task.finish("finished", EncodedTaskMetrics(bytes(metrics)))
+    assert task.plan_metrics == list(metrics.pre_order_plan_metrics)
+    assert task.task_metrics == metrics.task_metrics
+    assert task.feeds()[(FEED, 0)].created_to_received == histogram.percentiles()
+
+    broken = TaskRecord(0, 0, "grpc://w")
+    broken.finish("finished", EncodedTaskMetrics(b"\x12\x03\x08\x01\x02"))
+    assert broken.status == "finished"  # the query is not failed by its metrics
+    with pytest.raises(InvalidArgument, match="TaskMetrics"):
+        _ = broken.plan_metrics
