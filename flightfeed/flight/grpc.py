@@ -27,6 +27,7 @@ from ..errors import ResourceExhausted
 from ..messages import parse_strict
 from ..protoencode import encode_message
 from .call_count import CallCount
+from .churn_collect import ChurnCollector
 from .connection_guard import ConnectionGuard
 from .connection_limits import ConnectionCount, ConnectionLimits
 from .h2buffer import install as install_streaming_buffer
@@ -142,9 +143,11 @@ class TunedH2Protocol(H2Protocol):
         handshake_timeout: float | None = None,
         connections: ConnectionCount | None = None,
         limits: ConnectionLimits | None = None,
+        churn: ChurnCollector | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self._churn = churn
         self._keepalive_policy = keepalive
         self.keepalive: KeepaliveTimer | None = None
         self._limits = limits
@@ -250,6 +253,8 @@ class TunedH2Protocol(H2Protocol):
             self.processor.close(reason=self._lost_reason)  # calls fail with the real cause
         else:
             super().connection_lost(exc)
+        if self._churn is not None:
+            self._churn.connection_closed()
 
     def _send_ping(self, payload: bytes) -> None:
         protocol_h2_connection(self).ping(payload)
@@ -388,6 +393,7 @@ class GrpcServer(ServerBase):
         self.keepalive = keepalive
         self.limits = limits or ConnectionLimits()
         self.connections = ConnectionCount(self.limits.max_connections)
+        self.churn = ChurnCollector()
         limit_logger("grpclib.server")  # its line per cancelled call, say
 
     def make_protocol(self, handler: grpclib.server.Handler, config: Any, h2_config: Any) -> Any:
@@ -399,6 +405,7 @@ class GrpcServer(ServerBase):
             handshake_timeout=self.limits.handshake_timeout,
             connections=self.connections,
             limits=self.limits,
+            churn=self.churn,
         )
 
 
