@@ -23,7 +23,6 @@ from .._generated.flightfeed.v1 import (
     GetWorkerInfoResponse,
     SetPlanRequest,
     TaskMetrics,
-    WorkerToCoordinatorMsg,
     WorkUnitBatch,
 )
 from ..errors import RemoteError
@@ -86,7 +85,7 @@ class WorkerChannel(Protocol):
     async def close(self) -> None: ...
 
 
-Send = Callable[[WorkerToCoordinatorMsg], Awaitable[None]]
+Send = Callable[[WorkerMessage], Awaitable[None]]
 """How a worker's channel handler sends a message back to the task's caller."""
 
 

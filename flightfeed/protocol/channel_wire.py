@@ -91,8 +91,10 @@ def task_metrics_of(message: WorkerMessage) -> TaskMetrics | EncodedTaskMetrics 
 # -- encode ------------------------------------------------------------------------------------
 
 
-def encode_worker_message(message: WorkerToCoordinatorMsg) -> bytes:
+def encode_worker_message(message: WorkerMessage) -> bytes:
     """The message's wire form, byte for byte what betterproto2 writes."""
+    if isinstance(message, EncodedTaskMetrics):
+        return _len_field(_TASK_METRICS, message.data)
     kind, value = betterproto2.which_one_of(message, "inner")
     if kind == "feed_credits":
         return _len_field(_FEED_CREDITS, _encode_credits(value))

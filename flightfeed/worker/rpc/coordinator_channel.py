@@ -25,7 +25,6 @@ from ..._generated.flightfeed.v1 import (
     CoordinatorToWorkerMsg,
     PartitionsRead,
     SetPlanRequest,
-    TaskMetrics,
     WorkerToCoordinatorMsg,
 )
 from ...concurrency import off_loop
@@ -39,7 +38,9 @@ from ...errors import (
 )
 from ...feeds import FEED_INBOX_KEY, FeedInbox
 from ...plan.base import ExecutionPlan
+from ...plan.metrics_wire import encode_task_metrics
 from ...protocol.channel import Headers, Send
+from ...protocol.channel_wire import EncodedTaskMetrics
 from ...protocol.keys import TaskId, task_id
 from ...session import Headers as SessionHeaders
 from ...session import Session, WorkerQueryContext
@@ -275,14 +276,13 @@ async def _forward_credits(send: Send, inbox: FeedInbox) -> None:
 # -- report -----------------------------------------------------------------------------------
 
 
-def report(task: Task, inbox: FeedInbox | None) -> WorkerToCoordinatorMsg:
-    """The finished task's metrics: its plan nodes', its own and its feeds'."""
+def report(task: Task, inbox: FeedInbox | None) -> EncodedTaskMetrics:
+    """The finished task's metrics: its plan nodes', its own and its feeds' (wire-ready)."""
     task_metrics = task.task_metrics()
     if inbox is not None:
         inbox.close()
         task_metrics.metrics.extend(inbox.to_metrics())
-    metrics = TaskMetrics(pre_order_plan_metrics=task.metrics.to_proto(), task_metrics=task_metrics)
-    return WorkerToCoordinatorMsg(task_metrics=metrics)
+    return EncodedTaskMetrics(encode_task_metrics(task.metrics.pre_order(), task_metrics))
 
 
 def _outcome(task: Task) -> str:

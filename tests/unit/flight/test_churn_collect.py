@@ -39,13 +39,16 @@ def test_collects_at_every_nth_closed_connection() -> None:
     cycle = dead_cycle()
     collector.connection_closed()
     collector.connection_closed()
-    assert cycle() is not None and collector.collections == 0
+    assert cycle() is not None
+    assert collector.collections == 0
     collector.connection_closed()
-    assert cycle() is None and collector.collections == 1
+    assert cycle() is None
+    assert collector.collections == 1
     later = dead_cycle()
     for _ in range(3):
         collector.connection_closed()
-    assert later() is None and (collector.closed, collector.collections) == (6, 2)
+    assert later() is None
+    assert (collector.closed, collector.collections) == (6, 2)
 
 
 @pytest.mark.usefixtures("no_automatic_passes")
@@ -57,7 +60,8 @@ def test_leaves_a_disabled_collector_alone() -> None:
         collector.connection_closed()
     finally:
         gc.enable()
-    assert cycle() is not None and collector.collections == 0
+    assert cycle() is not None
+    assert collector.collections == 0
 
 
 def test_every_must_be_positive() -> None:

@@ -29,10 +29,10 @@ from flightfeed.protocol import (
     SetPlanRequest,
     TaskId,
     TaskKey,
-    WorkerToCoordinatorMsg,
     WorkUnitBatch,
     execute_task_request,
 )
+from flightfeed.protocol.channel_wire import EncodedTaskMetrics, WorkerMessage, task_metrics_of
 from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
 from flightfeed.worker import WorkerConfig
 from flightfeed.worker.registry import TaskRegistry
@@ -75,11 +75,11 @@ class Channel:
 
     def __init__(self, inbound: MemoryObjectSendStream[CoordinatorToWorkerMsg]) -> None:
         self.inbound = inbound
-        self.sent: list[WorkerToCoordinatorMsg] = []
+        self.sent: list[WorkerMessage] = []
         self.error: BaseException | None = None
         self.done = anyio.Event()
 
-    async def send(self, message: WorkerToCoordinatorMsg) -> None:
+    async def send(self, message: WorkerMessage) -> None:
         self.sent.append(message)
 
 
@@ -203,7 +203,12 @@ async def test_a_task_runs_reports_its_metrics_and_leaves_a_tombstone() -> None:
             await found.done.wait()
     assert found.error is None
     assert sorted(p for p, _ in sink.batches) == [0, 1]
-    assert [m.task_metrics is not None for m in found.sent] == [True]
+    (reported,) = found.sent
+    metrics = task_metrics_of(reported)
+    assert isinstance(metrics, EncodedTaskMetrics)  # wire-ready, written by metrics_wire
+    root = metrics.decode().pre_order_plan_metrics[0].metrics
+    rows = sum(m.output_rows.value for m in root if m.output_rows is not None)
+    assert rows == sum(batch.num_rows for _, batch in sink.batches)
     assert len(worker.registry) == 0
     with pytest.raises(FlightfeedError, match="no longer on this worker: finished"):
         await worker.registry.wait_for(TaskId.of(KEY))
