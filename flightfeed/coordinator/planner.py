@@ -1,5 +1,8 @@
 """Distributed planning: cut a plan at Coalesce boundaries into stages of tasks.
 
+First every node gets the input partitioning it needs (plan/distribution.py): a Coalesce is
+added where a node would otherwise see a group's rows spread over partitions.
+
 A leaf is distributable when its node kind has a TaskEstimator or it holds a registered
 work-unit feed. The lowest Coalesce above distributable leaves is a stage boundary: its input
 subtree becomes a stage of T tasks and, on the coordinator, the Coalesce reads a
@@ -24,6 +27,7 @@ from typing import Any
 from ..errors import InvalidArgument
 from ..feeds import FeedAssignment, FeedRegistry, WorkUnitFeed
 from ..plan.base import ExecutionPlan
+from ..plan.distribution import enforce_distribution
 from ..plan.metrics import unwrap
 from ..plan.nodes import Coalesce
 from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
@@ -72,8 +76,10 @@ class DistributedPlanner:
         return [feed for _, feed in self._feeds.feeds_in(plan)] if self._feeds is not None else []
 
     def plan(self, plan: ExecutionPlan, workers: int) -> DistributedPlan:
+        """Stages cut at the Coalesces, after enforce_distribution added those the plan's
+        nodes need (a grouped aggregate over partitions not split by its keys, say)."""
         state = _Planning(workers=max(workers, 1))
-        root, _ = self._rewrite(plan, state)
+        root, _ = self._rewrite(enforce_distribution(plan), state)
         return DistributedPlan(root, tuple(state.stages))
 
     def plan_on_workers(self, plan: ExecutionPlan, workers: int) -> DistributedPlan:
@@ -82,6 +88,7 @@ class DistributedPlanner:
         as a leaf stage is; a plan with a Coalesce runs as one task, since a Coalesce must see
         every task's rows."""
         state = _Planning(workers=max(workers, 1))
+        plan = enforce_distribution(plan)
         stage = self._stage(unwrap(plan), state, single_partition_kinds=frozenset({"Coalesce"}))
         if stage is None:
             raise InvalidArgument("a plan that reads other stages cannot run on the workers alone")

@@ -11,6 +11,7 @@ from ..._generated.flightfeed.v1 import FilterNode
 from ...errors import InvalidArgument
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
+from ..distribution import output_hash_keys
 from ..expr import Expr, calls_udf, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
@@ -30,6 +31,10 @@ class Filter(UnaryNode):
         self.child = child
         self.predicate = predicate
         self._functions = functions
+
+    def output_hash_keys(self) -> tuple[Expr, ...] | None:
+        """Partitions are kept as they are: the input's hash partitioning holds."""
+        return output_hash_keys(self.child)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

@@ -45,7 +45,8 @@ from ..base import (
     expect_children,
 )
 from ..codec import DecodeContext, decode_enum, parse_payload
-from ..expr import Expr, calls_udf, evaluate, output_type
+from ..distribution import Distribution, HashPartitioned, SinglePartition
+from ..expr import Column, Expr, calls_udf, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto, named_from_proto, named_to_proto
 from ..functions import BUILTINS, FunctionRegistry
 from ..memory import MemoryReservation, batch_nbytes
@@ -179,6 +180,17 @@ class HashAggregate(UnaryNode):
     @property
     def schema(self) -> pa.Schema:
         return self._schema
+
+    def required_input_distribution(self) -> list[Distribution | None]:
+        """Finishing groups (SINGLE, FINAL) needs all rows of a group in one partition: on the
+        group keys as computed (SINGLE) or as the PARTIAL named them (FINAL)."""
+        if self.mode is AggregateMode.PARTIAL:
+            return [None]
+        if not self.group_by:
+            return [SinglePartition()]
+        if self.mode is AggregateMode.FINAL:
+            return [HashPartitioned(tuple(Column(name) for name in self._keys))]
+        return [HashPartitioned(tuple(expr for expr, _ in self.group_by))]
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

@@ -27,6 +27,8 @@ from ..base import (
     expect_children,
 )
 from ..codec import DecodeContext, decode_enum, parse_payload
+from ..distribution import Distribution, HashPartitioned, SinglePartition
+from ..expr import Column
 from ..join_size import estimate_join_bytes
 from ..memory import MemoryReservation, batch_nbytes
 from ..merge import merge
@@ -93,6 +95,18 @@ class HashJoin(PlanNodeBase):
     @property
     def children(self) -> Sequence[ExecutionPlan]:
         return (self.left, self.right)
+
+    def required_input_distribution(self) -> list[Distribution | None]:
+        """collect_left: every right row once if the join type must see them all; partitioned:
+        both sides hash-partitioned alike on their keys."""
+        if self.collect_left:
+            return [None, SinglePartition() if self.join_type in _NEEDS_ALL_RIGHT_ROWS else None]
+        left = tuple(Column(key) for key, _ in self.on)
+        right = tuple(Column(key) for _, key in self.on)
+        return [
+            HashPartitioned(left, co_partitioned=True),
+            HashPartitioned(right, co_partitioned=True),
+        ]
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 2)

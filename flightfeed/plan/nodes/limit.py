@@ -11,6 +11,8 @@ from ..._generated.flightfeed.v1 import LimitNode
 from ...errors import InvalidArgument
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
+from ..distribution import output_hash_keys
+from ..expr import Expr
 
 
 class Limit(UnaryNode):
@@ -22,6 +24,10 @@ class Limit(UnaryNode):
         self.child = child
         self.fetch = fetch
         self.skip = skip
+
+    def output_hash_keys(self) -> tuple[Expr, ...] | None:
+        """Partitions are kept as they are: the input's hash partitioning holds."""
+        return output_hash_keys(self.child)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

@@ -19,7 +19,7 @@ from ..._generated.flightfeed.v1 import RepartitionNode
 from ...errors import InvalidArgument
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
-from ..expr import output_type
+from ..expr import Expr, output_type
 from ..fanout import Fanout, hash_split, split_producer
 from ..functions import BUILTINS, FunctionRegistry
 from ..hash_partition import column_hash
@@ -54,6 +54,9 @@ class Repartition(UnaryNode):
     @property
     def output_partitions(self) -> int:
         return self.partitioning.partition_count
+
+    def output_hash_keys(self) -> tuple[Expr, ...]:
+        return self.partitioning.hash_keys
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

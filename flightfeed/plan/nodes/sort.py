@@ -23,6 +23,7 @@ from ..base import (
     expect_children,
 )
 from ..codec import DecodeContext, parse_payload
+from ..distribution import output_hash_keys
 from ..expr import Expr, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
@@ -68,6 +69,10 @@ class Sort(UnaryNode):
         self.keys = tuple(keys)
         self.fetch = fetch
         self._functions = functions
+
+    def output_hash_keys(self) -> tuple[Expr, ...] | None:
+        """Partitions are kept as they are: the input's hash partitioning holds."""
+        return output_hash_keys(self.child)
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

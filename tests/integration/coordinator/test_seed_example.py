@@ -63,6 +63,32 @@ async def test_partial_aggregation_runs_on_the_workers() -> None:
     assert stage.task_count == 2
 
 
+@pytest.mark.parametrize("two_phase", [False, True], ids=["single", "partial-final"])
+async def test_an_aggregate_built_without_its_coalesce_still_answers_right(
+    two_phase: bool,
+) -> None:
+    """The planner adds the Coalesce the final aggregate needs (plan/distribution.py), so the
+    stage below still runs on the workers; the answer is the one-process run's, not a group
+    per partition."""
+    keys, aggregates = [(col("task"), "task")], [agg("count", name="cnt")]
+
+    def forgetful(source: ExecutionPlan) -> ExecutionPlan:
+        if not two_phase:
+            return HashAggregate(source, keys, aggregates)
+        partial = HashAggregate(source, keys, aggregates, mode=AggregateMode.PARTIAL)
+        return HashAggregate(partial, keys, aggregates, mode=AggregateMode.FINAL)
+
+    reference = await run_locally(count_by_task(scan(*SEED_ARGS)))
+    async with feed_cluster() as (coordinator, _):
+        distributed = coordinator.plan(forgetful(scan(*SEED_ARGS)), 2)
+        result = await coordinator.collect(forgetful(scan(*SEED_ARGS)))
+    assert result.sort_by("task").equals(reference.sort_by("task"))
+    assert distributed.root.name == "HashAggregate"
+    assert distributed.root.children[0].name == "Coalesce"
+    (stage,) = distributed.stages
+    assert stage.task_count == 2
+
+
 @pytest.mark.parametrize(("tasks", "workers"), [(1, 1), (2, 3), (4, 2), (8, 3)])
 async def test_plain_scan_over_several_tasks_and_workers(tasks: int, workers: int) -> None:
     partitions = [f"{p % 3 + 1},{p % 5}" for p in range(8)]

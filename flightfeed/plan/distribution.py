@@ -1,0 +1,127 @@
+"""What a node needs of its inputs' partitioning, and the pass that makes every plan meet it.
+
+Every node runs per partition. For most that is the point (a filter, a per-partition sort), but
+a grouped aggregation that finishes groups (SINGLE or FINAL) is right only when all rows of a
+group reach the same partition, and a partitioned join only when both sides are partitioned
+alike on the join keys. A hand-built plan that forgot its Coalesce used to return one group per
+partition, silently. Now nodes say what they need and `enforce_distribution` meets it; the
+coordinator's planner runs it on every plan, so no plan it runs can give such an answer.
+
+A node states its needs with two optional methods, looked up by name, so user nodes can too:
+
+- `required_input_distribution() -> Sequence[Distribution | None]`: one entry per child;
+  None (or no method) means any partitioning will do;
+- `output_hash_keys() -> tuple[Expr, ...] | None`: the keys its output is hash-partitioned on,
+  if known (Repartition; nodes that keep their input's partitions pass it on).
+
+A requirement is met by an input of one partition, or, for `HashPartitioned`, by an input
+hash-partitioned on the keys (on a subset of them for an aggregation: rows equal on every key
+are equal on the subset; on exactly them, in order, for co-partitioned join sides). An unmet
+requirement is met by a Coalesce of that input: always correct, and a stage boundary for the
+distributed planner, which then splits the input into tasks. Unmet co-partitioned inputs are
+coalesced together, so they stay partitioned alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from .base import ExecutionPlan
+from .expr import Expr
+from .metrics import unwrap
+
+
+@dataclass(frozen=True)
+class SinglePartition:
+    """All rows in one partition (a global aggregate, say)."""
+
+    def __str__(self) -> str:
+        return "a single partition"
+
+
+@dataclass(frozen=True)
+class HashPartitioned:
+    """Rows with equal `keys` in the same partition. `co_partitioned`: the input must be
+    partitioned on exactly these keys, in order, as its sibling inputs are on theirs."""
+
+    keys: tuple[Expr, ...]
+    co_partitioned: bool = False
+
+    def __str__(self) -> str:
+        return f"hash-partitioned on [{', '.join(map(str, self.keys))}]"
+
+
+Distribution: TypeAlias = SinglePartition | HashPartitioned
+
+
+def required_input_distribution(node: ExecutionPlan) -> list[Distribution | None]:
+    """What `node` needs of each child (None: anything)."""
+    method = getattr(node, "required_input_distribution", None)
+    if method is None:
+        return [None] * len(node.children)
+    required = list(method())
+    if len(required) != len(node.children):
+        raise ValueError(
+            f"{node.name}.required_input_distribution() gave {len(required)} entries for"
+            f" {len(node.children)} children"
+        )
+    return required
+
+
+def output_hash_keys(node: ExecutionPlan) -> tuple[Expr, ...] | None:
+    """The keys `node`'s output is known to be hash-partitioned on, if any."""
+    node = unwrap(node)
+    method = getattr(node, "output_hash_keys", None)
+    return None if method is None else method()
+
+
+def satisfies(child: ExecutionPlan, required: Distribution | None) -> bool:
+    """Whether `child`'s output meets `required`."""
+    if required is None or child.output_partitions == 1:
+        return True
+    if isinstance(required, SinglePartition):
+        return False
+    keys = output_hash_keys(child)
+    if not keys:
+        return False
+    if required.co_partitioned:
+        return keys == required.keys
+    return all(key in required.keys for key in keys)
+
+
+def enforce_distribution(plan: ExecutionPlan) -> ExecutionPlan:
+    """`plan` with a Coalesce under every input whose partitioning its node cannot use; the
+    plan itself (the same object) when every node's needs are met."""
+    from .nodes import Coalesce  # nodes import this module's types
+
+    node = unwrap(plan)
+    originals = [unwrap(child) for child in node.children]
+    children = [enforce_distribution(child) for child in originals]
+    required = required_input_distribution(node)
+    unmet = [not satisfies(child, need) for child, need in zip(children, required, strict=True)]
+    co_partitioned = [
+        isinstance(need, HashPartitioned) and need.co_partitioned and child.output_partitions > 1
+        for child, need in zip(children, required, strict=True)
+    ]
+    if any(u and c for u, c in zip(unmet, co_partitioned, strict=True)):
+        unmet = [u or c for u, c in zip(unmet, co_partitioned, strict=True)]
+    fixed: Sequence[ExecutionPlan] = [
+        Coalesce(child) if coalesce else child
+        for child, coalesce in zip(children, unmet, strict=True)
+    ]
+    if any(new is not old for new, old in zip(fixed, originals, strict=True)):
+        return node.with_children(fixed)
+    return plan
+
+
+__all__ = [
+    "Distribution",
+    "HashPartitioned",
+    "SinglePartition",
+    "enforce_distribution",
+    "output_hash_keys",
+    "required_input_distribution",
+    "satisfies",
+]
