@@ -19,7 +19,9 @@ hash-partitioned on the keys (on a subset of them for an aggregation: rows equal
 are equal on the subset; on exactly them, in order, for co-partitioned join sides). An unmet
 requirement is met by a Coalesce of that input: always correct, and a stage boundary for the
 distributed planner, which then splits the input into tasks. Unmet co-partitioned inputs are
-coalesced together, so they stay partitioned alike.
+coalesced together, so they stay partitioned alike. A node of one input may offer a better
+shape with `around_exchange(exchange)`: a SINGLE aggregate becomes PARTIAL below the Coalesce
+and FINAL above it, so the tasks below send states, not rows.
 """
 
 from __future__ import annotations
@@ -107,6 +109,11 @@ def enforce_distribution(plan: ExecutionPlan) -> ExecutionPlan:
     ]
     if any(u and c for u, c in zip(unmet, co_partitioned, strict=True)):
         unmet = [u or c for u, c in zip(unmet, co_partitioned, strict=True)]
+    changed = any(new is not old for new, old in zip(children, originals, strict=True))
+    if unmet == [True]:
+        rebuilt = _around_exchange(node.with_children(children) if changed else node)
+        if rebuilt is not None:
+            return rebuilt
     fixed: Sequence[ExecutionPlan] = [
         Coalesce(child) if coalesce else child
         for child, coalesce in zip(children, unmet, strict=True)
@@ -114,6 +121,15 @@ def enforce_distribution(plan: ExecutionPlan) -> ExecutionPlan:
     if any(new is not old for new, old in zip(fixed, originals, strict=True)):
         return node.with_children(fixed)
     return plan
+
+
+def _around_exchange(node: ExecutionPlan) -> ExecutionPlan | None:
+    """The node rebuilt around a Coalesce, if it offers a better shape than a Coalesce under
+    it (`around_exchange`: a SINGLE aggregate splits into PARTIAL below and FINAL above)."""
+    from .nodes import Coalesce
+
+    method = getattr(node, "around_exchange", None)
+    return None if method is None else method(Coalesce)
 
 
 __all__ = [

@@ -20,7 +20,7 @@ import copy
 import enum
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 
 import pyarrow as pa
@@ -191,6 +191,29 @@ class HashAggregate(UnaryNode):
         if self.mode is AggregateMode.FINAL:
             return [HashPartitioned(tuple(Column(name) for name in self._keys))]
         return [HashPartitioned(tuple(expr for expr, _ in self.group_by))]
+
+    def around_exchange(
+        self, exchange: Callable[[ExecutionPlan], ExecutionPlan]
+    ) -> ExecutionPlan | None:
+        """SINGLE as PARTIAL below `exchange` and FINAL above it: only states cross it, one row
+        per group per partition instead of every row. None for the other modes (a PARTIAL
+        needs no exchange; a FINAL's input is already states)."""
+        if self.mode is not AggregateMode.SINGLE:
+            return None
+        partial = HashAggregate(
+            self.child,
+            self.group_by,
+            self.aggregates,
+            mode=AggregateMode.PARTIAL,
+            functions=self._functions,
+        )
+        return HashAggregate(
+            exchange(partial),
+            self.group_by,
+            self.aggregates,
+            mode=AggregateMode.FINAL,
+            functions=self._functions,
+        )
 
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)

@@ -67,9 +67,9 @@ async def test_partial_aggregation_runs_on_the_workers() -> None:
 async def test_an_aggregate_built_without_its_coalesce_still_answers_right(
     two_phase: bool,
 ) -> None:
-    """The planner adds the Coalesce the final aggregate needs (plan/distribution.py), so the
-    stage below still runs on the workers; the answer is the one-process run's, not a group
-    per partition."""
+    """The planner adds the Coalesce the aggregate needs (plan/distribution.py; a SINGLE one
+    becomes PARTIAL below it, FINAL above), so the stage below still runs on the workers; the
+    answer is the one-process run's, not a group per partition."""
     keys, aggregates = [(col("task"), "task")], [agg("count", name="cnt")]
 
     def forgetful(source: ExecutionPlan) -> ExecutionPlan:
@@ -87,6 +87,7 @@ async def test_an_aggregate_built_without_its_coalesce_still_answers_right(
     assert distributed.root.children[0].name == "Coalesce"
     (stage,) = distributed.stages
     assert stage.task_count == 2
+    assert stage.plan.name == "HashAggregate"  # the partial runs on the workers
 
 
 @pytest.mark.parametrize(("tasks", "workers"), [(1, 1), (2, 3), (4, 2), (8, 3)])

@@ -65,10 +65,20 @@ def kinds(plan: ExecutionPlan) -> list[str]:
     return [node.name] + [name for child in node.children for name in kinds(child)]
 
 
-def test_a_grouped_aggregate_over_unsplit_partitions_gets_a_coalesce() -> None:
+TWO_PHASE = ["HashAggregate", "Coalesce", "HashAggregate", "MemoryScan"]
+
+
+def modes(plan: ExecutionPlan) -> list[AggregateMode]:
+    node = unwrap(plan)
+    own = [node.mode] if isinstance(node, HashAggregate) else []
+    return own + [mode for child in node.children for mode in modes(child)]
+
+
+def test_a_grouped_aggregate_over_unsplit_partitions_goes_partial_then_final() -> None:
     plan = by_k(scan(4))
     fixed = enforce_distribution(plan)
-    assert kinds(fixed) == ["HashAggregate", "Coalesce", "MemoryScan"]
+    assert kinds(fixed) == TWO_PHASE  # only states cross the Coalesce
+    assert modes(fixed) == [AggregateMode.FINAL, AggregateMode.PARTIAL]
     got = anyio.run(run, fixed)
     assert sorted_rows(got) == sorted_rows(reference(by_k(scan(1))))
     wrong = anyio.run(run, plan)  # what it gave before: a group per partition it appears in
@@ -79,7 +89,7 @@ def test_a_global_aggregate_needs_one_partition() -> None:
     plan = HashAggregate(scan(3), [], AGGS)
     assert required_input_distribution(plan) == [SinglePartition()]
     fixed = enforce_distribution(plan)
-    assert kinds(fixed) == ["HashAggregate", "Coalesce", "MemoryScan"]
+    assert kinds(fixed) == TWO_PHASE
     got = anyio.run(run, fixed)
     assert got.num_rows == 1
     assert got.to_pylist() == reference(HashAggregate(scan(1), [], AGGS)).to_pylist()
@@ -95,7 +105,7 @@ def test_input_hash_partitioned_on_the_keys_is_left_as_it_is() -> None:
 
 def test_partitioned_on_other_keys_is_not_enough() -> None:
     plan = by_k(hashed(scan(4), "g"))
-    assert kinds(enforce_distribution(plan))[:2] == ["HashAggregate", "Coalesce"]
+    assert kinds(enforce_distribution(plan))[:3] == TWO_PHASE[:3]
 
 
 def test_partitioned_on_a_subset_of_the_group_keys_is_enough() -> None:
@@ -112,7 +122,8 @@ def test_a_final_aggregate_needs_its_partial_states_split_by_key_names() -> None
     assert required_input_distribution(partial) == [None]
     assert required_input_distribution(over_partials) == [HashPartitioned((col("k"),))]
     fixed = enforce_distribution(over_partials)
-    assert kinds(fixed) == ["HashAggregate", "Coalesce", "HashAggregate", "MemoryScan"]
+    assert kinds(fixed) == TWO_PHASE  # a FINAL over partials just gets its Coalesce
+    assert modes(fixed) == [AggregateMode.FINAL, AggregateMode.PARTIAL]
     shuffled = by_k(hashed(partial, "k"), AggregateMode.FINAL)
     assert enforce_distribution(shuffled) is shuffled
     expected = sorted_rows(reference(by_k(scan(1))))
