@@ -12,6 +12,7 @@ from .base import (
     closing,
     pre_order,
 )
+from .builder import PlanBuilder, desc, from_table, plan_from
 from .codec import (
     CodecRegistry,
     DecodeContext,
@@ -59,6 +60,10 @@ from .nodes import (
 from .partitioning import Partitioning, decode_partitioning, encode_partitioning
 
 __all__ = [
+    "PlanBuilder",
+    "desc",
+    "from_table",
+    "plan_from",
     "BUILTINS",
     "AggregateExpr",
     "AggregateMode",

@@ -49,6 +49,11 @@ JOIN_TYPES: dict[str, JoinTypeProto] = {
 _NEEDS_ALL_RIGHT_ROWS = frozenset({"left outer", "full outer", "left semi", "left anti"})
 
 
+def needs_all_right_rows(join_type: str) -> bool:
+    """Whether a join collecting its left side must see every right row in one partition."""
+    return join_type in _NEEDS_ALL_RIGHT_ROWS
+
+
 class HashJoin(PlanNodeBase):
     name = "HashJoin"
 

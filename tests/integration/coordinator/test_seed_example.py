@@ -16,7 +16,9 @@ from flightfeed.plan import (
     agg,
     col,
     collect,
+    desc,
     open_task_context,
+    plan_from,
 )
 
 pytestmark = pytest.mark.anyio
@@ -88,6 +90,29 @@ async def test_an_aggregate_built_without_its_coalesce_still_answers_right(
     (stage,) = distributed.stages
     assert stage.task_count == 2
     assert stage.plan.name == "HashAggregate"  # the partial runs on the workers
+
+
+async def test_a_built_plan_runs_distributed_as_in_one_process() -> None:
+    """The plan builder's chain, planned: partial aggregation on the workers' tasks, final,
+    sort and limit above; the rows of the one-process run of the same chain."""
+
+    def built() -> ExecutionPlan:
+        return (
+            plan_from(scan(*SEED_ARGS))
+            .aggregate(["partition"], [agg("count", name="cnt"), agg("max", col("task"), name="t")])
+            .sort(desc("cnt"), "partition")
+            .limit(1)
+            .plan
+        )
+
+    reference = await run_locally(built())
+    async with feed_cluster() as (coordinator, _):
+        distributed = coordinator.plan(built(), 2)
+        result = await coordinator.collect(built())
+    assert result.to_pylist() == reference.to_pylist()
+    assert reference.to_pylist() == [{"partition": 0, "cnt": 8, "t": 1}]
+    (stage,) = distributed.stages
+    assert (stage.plan.name, stage.task_count) == ("HashAggregate", 2)
 
 
 @pytest.mark.parametrize(("tasks", "workers"), [(1, 1), (2, 3), (4, 2), (8, 3)])
