@@ -2,7 +2,8 @@
 
 - `Coordinator` (an async context manager): `async for batch in c.execute(plan)`;
 - `DistributedPlanner` cuts plans at Coalesce boundaries into stages (`Stage`, `NetworkCoalesce`),
-  sized by `TaskEstimator`s; `format_distributed_plan` shows the result;
+  sized by `TaskEstimator`s; `format_distributed_plan` shows the result as text,
+  `format_distributed_plan_dot` as Graphviz DOT;
 - `WorkerResolver`s list workers; `ChannelResolver` keeps one connection per worker and refuses
   workers of another version (`check_worker_version`);
 - `MetricsStore` keeps per-query task and feed metrics.
@@ -14,6 +15,7 @@ from .catalog import Catalog, TableDefinition, load_catalog
 from .channels import ChannelResolver
 from .coordinator import Coordinator, QueryStream
 from .display import format_distributed_plan
+from .display_dot import format_distributed_plan_dot
 from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
 from .held import Endpoint, HeldQuery
 from .metrics import FeedPartitionMetrics, MetricsStore, QueryMetrics, TaskRecord
@@ -58,6 +60,7 @@ __all__ = [
     "check_worker_version",
     "distribute",
     "format_distributed_plan",
+    "format_distributed_plan_dot",
     "load_catalog",
     "parse_table_query",
     "query_plan",

@@ -39,6 +39,7 @@ from ..session import Session, SessionStateBuilder
 from .admission import DEFAULT_MAX_CONCURRENT_QUERIES, Admission
 from .channels import ChannelResolver
 from .display import format_distributed_plan
+from .display_dot import format_distributed_plan_dot
 from .estimator import EstimatorKey, TaskEstimator, TaskEstimators
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
 from .metrics import MetricsStore, QueryMetrics, TaskRecord
@@ -226,15 +227,19 @@ class Coordinator:
         """The distributed plan for a cluster of `workers` (planning only)."""
         return self.planner.plan(plan, workers)
 
-    async def explain(self, plan: ExecutionPlan, *, on_workers: bool = False) -> str:
+    async def explain(
+        self, plan: ExecutionPlan, *, on_workers: bool = False, dot: bool = False
+    ) -> str:
         """The distributed plan with the workers its tasks would run on now (`on_workers`: as
-        `hold` would run it, all of it on the workers)."""
+        `hold` would run it, all of it on the workers), as text or (`dot`) Graphviz DOT."""
         workers = await self.resolver.workers()
         if on_workers:
             distributed = self.planner.plan_on_workers(plan, len(workers))
         else:
             distributed = self.planner.plan(plan, len(workers))
         assignment = distributed.assign(workers, self._next_worker) if distributed.stages else {}
+        if dot:
+            return format_distributed_plan_dot(distributed, assignment)
         return format_distributed_plan(distributed, assignment, read_by_caller=on_workers)
 
     async def _stream(

@@ -162,6 +162,17 @@ async def test_the_distributed_plan_display_shows_stages_tasks_and_workers() -> 
     assert "RemoteScan(tasks=2, partitions=2, chunks=[[3, 1], [2], [4], [1, 1]])" in text
 
 
+async def test_the_distributed_plan_as_graphviz_dot() -> None:
+    async with feed_cluster() as (coordinator, workers):
+        dot = await coordinator.explain(count_by_task(scan(*SEED_ARGS)), dot=True)
+    assert dot.startswith("digraph distributed_plan {")
+    assert dot.endswith("}\n")
+    assert "subgraph cluster_stage_1 {" in dot
+    for task, worker in enumerate(workers):
+        assert f"\\ntask {task} on {worker.location}" in dot
+    assert '[label="2 tasks", style=bold];' in dot  # the stage feeds its NetworkCoalesce
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
