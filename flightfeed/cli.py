@@ -3,7 +3,7 @@
 flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--keepalive SECONDS] [--keepalive-timeout SECONDS]
                   [--handshake-timeout SECONDS] [--max-connections N]
-                  [--plan-wait-timeout SECONDS] [--memory-limit SIZE]
+                  [--plan-wait-timeout SECONDS] [--memory-limit SIZE] [--parquet-root DIR]
                   [--fanout-claim-timeout SECONDS]
                   [--max-header-list-size BYTES] [--min-receive-rate BYTES_PER_SECOND]
                   [--receive-grace SECONDS] [--idle-timeout SECONDS]
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -64,6 +65,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         plan_wait_timeout=args.plan_wait_timeout,
         memory_limit=args.memory_limit,
         fanout_claim_timeout=args.fanout_claim_timeout,
+        parquet_roots=tuple(os.path.abspath(root) for root in args.parquet_root),
     )
 
 
@@ -255,6 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="memory the worker's tasks may hold at once, as bytes, 512MiB, 4GiB or a share of"
         f" the machine's memory such as 50%% (default {100 * DEFAULT_MEMORY_FRACTION:.0f}%%)",
+    )
+    worker.add_argument(
+        "--parquet-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory whose Parquet files plans may read (repeatable; default: none, plans"
+        " with a ParquetScan are refused)",
     )
     worker.add_argument(
         "--handshake-timeout",

@@ -20,6 +20,7 @@ from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
 from .held import Endpoint, HeldQuery
 from .metrics import FeedPartitionMetrics, MetricsStore, QueryMetrics, TaskRecord
 from .network_coalesce import STAGE_OUTPUTS_KEY, NetworkCoalesce, StageOutputs
+from .parquet_estimator import ParquetScanEstimator
 from .planner import PARTITION_MIXING_KINDS, DistributedPlanner, distribute
 from .resolver import InProcessWorkerResolver, StaticWorkerResolver, WorkerResolver
 from .service import CoordinatorService
@@ -55,6 +56,7 @@ __all__ = [
     "TaskEstimation",
     "TaskEstimator",
     "TaskEstimators",
+    "ParquetScanEstimator",
     "TaskRecord",
     "WorkerResolver",
     "check_worker_version",

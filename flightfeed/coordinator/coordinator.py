@@ -33,7 +33,7 @@ from ..plan.base import ExecutionPlan, closing
 from ..plan.codec import CodecRegistry, encode_plan
 from ..plan.execution import open_task_context
 from ..plan.metrics import MetricsRegistry, instrument
-from ..plan.nodes import Coalesce
+from ..plan.nodes import Coalesce, ParquetScan, ParquetScanCodec
 from ..protocol import TaskKey, WorkUnit
 from ..session import Session, SessionStateBuilder
 from .admission import DEFAULT_MAX_CONCURRENT_QUERIES, Admission
@@ -44,6 +44,7 @@ from .estimator import EstimatorKey, TaskEstimator, TaskEstimators
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
 from .metrics import MetricsStore, QueryMetrics, TaskRecord
 from .network_coalesce import STAGE_OUTPUTS_KEY
+from .parquet_estimator import ParquetScanEstimator
 from .planner import DistributedPlanner
 from .query import QueryRuntime, TaskRun
 from .resolver import WorkerResolver
@@ -149,9 +150,12 @@ class Coordinator:
         self.resolver = resolver
         self.session = session if session is not None else SessionStateBuilder().build()
         self.codecs = codecs if codecs is not None else self.session.codecs
+        if ParquetScan.name not in self.codecs.kinds:  # encodes; decodes no file (no roots)
+            self.codecs = self.codecs.with_codec(ParquetScanCodec())
         self.feed_registry = feed_registry
+        estimators = {ParquetScan: ParquetScanEstimator(), **(task_estimators or {})}
         self.planner = DistributedPlanner(
-            feed_registry=feed_registry, estimators=TaskEstimators(task_estimators)
+            feed_registry=feed_registry, estimators=TaskEstimators(estimators)
         )
         self.headers = dict(headers or {})
         self._own_channels = channels is None

@@ -121,6 +121,18 @@ def _builtin(name: str) -> Any:
     return function
 
 
+def to_dataset_expression(expr: Expr) -> pc.Expression:
+    """The expression as pyarrow.dataset evaluates it (a scan's pushed-down filter): only
+    pyarrow.compute functions, no session UDFs (UnknownUdfError names the one that is not)."""
+    if isinstance(expr, Column):
+        return pc.field(expr.name)
+    if isinstance(expr, Literal):
+        return pc.scalar(expr.value)
+    function = _builtin(expr.function)
+    args = [to_dataset_expression(arg) for arg in expr.args]
+    return pc.Expression._call(function.name, args, expr.options)
+
+
 def calls_udf(exprs: Iterable[Expr], functions: FunctionRegistry) -> bool:
     """Whether any of the expressions calls a session UDF (user code, possibly slow Python)."""
     stack: list[Expr] = list(exprs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ..flight.connection_limits import ConnectionLimits
@@ -38,6 +39,9 @@ class WorkerConfig:
     memory_limit: bytes every task together may hold (the worker's memory pool); a task's own
         limit is its session's memory budget, if lower. None: unbounded. Default: half the
         machine's (or cgroup's) memory.
+    parquet_roots: directories whose Parquet files plans may read (ParquetScan); empty: none,
+        a plan with a ParquetScan is refused. A plan names files: without this, anyone who
+        can send one could read any file the worker's user can.
     release_memory_after: seconds without tasks or calls after which the worker hands freed
         memory back to the operating system (a burst's peak would otherwise stay resident;
         None: never).
@@ -58,6 +62,7 @@ class WorkerConfig:
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     memory_limit: int | None = field(default_factory=default_memory_limit)
     release_memory_after: float | None = DEFAULT_QUIET_SECONDS
+    parquet_roots: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl", "fanout_claim_timeout"):
@@ -75,5 +80,8 @@ class WorkerConfig:
             raise ValueError("WorkerConfig buffers and limits must be at least 1")
         if self.memory_limit is not None and self.memory_limit < 1:
             raise ValueError("WorkerConfig.memory_limit must be positive (or None)")
+        relative = [root for root in self.parquet_roots if not os.path.isabs(root)]
+        if relative:
+            raise ValueError(f"WorkerConfig.parquet_roots must be absolute, got {relative}")
         if self.release_memory_after is not None and not self.release_memory_after > 0:
             raise ValueError("WorkerConfig.release_memory_after must be positive (or None)")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..flight.call_count import CallCount
 from ..plan.memory import MemoryPool
+from ..plan.nodes import ParquetScanCodec
 from ..session import SessionBuilder
 from .config import WorkerConfig
 from .registry import TaskRegistry
@@ -25,6 +26,9 @@ class WorkerState:
     """The calls running on the worker's port (none in process: calls are not counted)."""
     memory_releases: int = 0
     """Times the worker handed freed memory back after going quiet."""
+    parquet_codec: ParquetScanCodec = field(init=False)
+    """Decodes ParquetScans of files under WorkerConfig.parquet_roots (of none without)."""
 
     def __post_init__(self) -> None:
         self.memory = MemoryPool(self.config.memory_limit)
+        self.parquet_codec = ParquetScanCodec(self.config.parquet_roots)

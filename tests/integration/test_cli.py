@@ -174,6 +174,16 @@ def test_bad_keepalive_options_are_refused_clearly(
     assert message in capsys.readouterr().err
 
 
+def test_parquet_roots_are_made_absolute_and_default_to_none(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
+) -> None:
+    assert worker_config(build_parser().parse_args(["worker"])).parquet_roots == ()
+    monkeypatch.chdir(tmp_path)
+    argv = ["worker", "--parquet-root", "lake", "--parquet-root", "/srv/data"]
+    roots = worker_config(build_parser().parse_args(argv)).parquet_roots
+    assert roots == (os.path.join(os.fspath(tmp_path), "lake"), "/srv/data")
+
+
 def test_worker_connection_options_shape_its_limits() -> None:
     defaults = worker_config(build_parser().parse_args(["worker"])).connections
     assert defaults == ConnectionLimits()

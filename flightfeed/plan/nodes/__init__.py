@@ -8,6 +8,7 @@ from .hash_aggregate import AggregateMode, HashAggregate, HashAggregateCodec
 from .hash_join import HashJoin, HashJoinCodec
 from .limit import Limit, LimitCodec
 from .memory_scan import MemoryScan, MemoryScanCodec
+from .parquet_scan import ParquetScan, ParquetScanCodec
 from .projection import Projection, ProjectionCodec
 from .repartition import Repartition, RepartitionCodec
 from .sort import Sort, SortCodec, SortKey
@@ -25,6 +26,8 @@ BUILTIN_CODECS = (
     RepartitionCodec(),
     HashJoinCodec(),
 )
+"""Codecs every session has. ParquetScanCodec is not one: a worker reads files only under the
+roots its operator names (see parquet_scan.py)."""
 
 __all__ = [
     "BUILTIN_CODECS",
@@ -35,6 +38,8 @@ __all__ = [
     "HashJoin",
     "Limit",
     "MemoryScan",
+    "ParquetScan",
+    "ParquetScanCodec",
     "Projection",
     "Repartition",
     "Sort",

@@ -39,6 +39,7 @@ from ...errors import (
 from ...feeds import FEED_INBOX_KEY, FeedInbox
 from ...plan.base import ExecutionPlan
 from ...plan.metrics_wire import encode_task_metrics
+from ...plan.nodes import ParquetScan, ParquetScanCodec
 from ...protocol.channel import Headers, Send
 from ...protocol.channel_wire import EncodedTaskMetrics
 from ...protocol.keys import TaskId, task_id
@@ -115,6 +116,7 @@ async def open_task(state: WorkerState, headers: Headers, request: SetPlanReques
     origin = key.origin(state.location)
     check_feed_declarations(request, state.config.max_feed_partitions)
     session = _within_pool(await _build_session(state, headers, request, origin), state)
+    session = _with_parquet_roots(session, state.parquet_codec)
     inbox = (
         FeedInbox.from_declarations(
             request.work_unit_feed_declarations,
@@ -132,6 +134,14 @@ async def open_task(state: WorkerState, headers: Headers, request: SetPlanReques
         raise as_flightfeed_error(exc, PLAN_DECODE).locate(origin) from exc
     state.registry.check_capacity(key)  # again: other tasks may have come in meanwhile
     return OpenedTask(key, request, session, plan, inbox)
+
+
+def _with_parquet_roots(session: Session, codec: ParquetScanCodec) -> Session:
+    """The session decoding ParquetScans of files under the worker's roots (none without
+    --parquet-root: a clear refusal), unless its builder chose a ParquetScan codec itself."""
+    if ParquetScan.name in session.codecs.kinds:
+        return session
+    return replace(session, codecs=session.codecs.with_codec(codec))
 
 
 def _within_pool(session: Session, state: WorkerState) -> Session:

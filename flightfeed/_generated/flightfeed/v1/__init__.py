@@ -52,6 +52,9 @@ __all__ = (
     "OutputBytes",
     "OutputRows",
     "PackedWorkUnits",
+    "ParquetRowGroups",
+    "ParquetScanNode",
+    "ParquetScanPartition",
     "PartitionCredit",
     "Partitioning",
     "PartitionsRead",
@@ -1022,6 +1025,59 @@ class PackedWorkUnits(betterproto2.Message):
 
 
 default_message_pool.register_message("flightfeed.v1", "PackedWorkUnits", PackedWorkUnits)
+
+
+@dataclass(eq=False, repr=False)
+class ParquetRowGroups(betterproto2.Message):
+    path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    row_groups: "list[int]" = betterproto2.field(2, betterproto2.TYPE_UINT32, repeated=True)
+
+
+default_message_pool.register_message("flightfeed.v1", "ParquetRowGroups", ParquetRowGroups)
+
+
+@dataclass(eq=False, repr=False)
+class ParquetScanNode(betterproto2.Message):
+    """
+    Extension: Parquet files read by row group. partitions[i] lists the row groups global
+    partition i reads; a task of task_count tasks runs partitions/task_count of them, those of
+    its task number.
+    """
+
+    schema: "bytes" = betterproto2.field(1, betterproto2.TYPE_BYTES)
+    """
+    Arrow IPC serialized schema of the output (after projection).
+    """
+
+    partitions: "list[ParquetScanPartition]" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    columns: "list[str]" = betterproto2.field(3, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Columns read, in output order (empty: every column of the schema).
+    """
+
+    filter: "Expr | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Rows kept, evaluated while reading (pyarrow.dataset filter pushdown).
+    """
+
+    task_count: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message("flightfeed.v1", "ParquetScanNode", ParquetScanNode)
+
+
+@dataclass(eq=False, repr=False)
+class ParquetScanPartition(betterproto2.Message):
+    files: "list[ParquetRowGroups]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message("flightfeed.v1", "ParquetScanPartition", ParquetScanPartition)
 
 
 @dataclass(eq=False, repr=False)
