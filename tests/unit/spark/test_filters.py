@@ -344,7 +344,8 @@ is_in tells the zeros apart: pushed as they are, the workers would drop rows Spa
 def test_filters_on_floats_stay_with_spark(
     batch: pa.RecordBatch, spark_filter: Filter, spark_keeps: list[int]
 ) -> None:
-    assert sql_rows(batch, [spark_filter]) == spark_keeps  # the reference agrees with Spark
+    # (no DuckDB reference here: DuckDB 2.0 agrees with Spark on these, but 1.5, the release
+    # the TPC-H extension pins, orders NaN below numbers and tells -0.0 from 0.0 in IN)
     assert to_expr(spark_filter, batch.schema) is None
     pushed, kept = split_filters([IsNotNull(("d",)), spark_filter], batch.schema)
     assert kept == [spark_filter]
