@@ -56,11 +56,13 @@ def worker_process(session_builder: str) -> Iterator[str]:
 
 
 @contextmanager
-def worker_process_pid(session_builder: str, *extra: str) -> Iterator[tuple[str, int]]:
+def worker_process_pid(session_builder: str | None, *extra: str) -> Iterator[tuple[str, int]]:
     """`worker_process`, yielding the URL and the process id (for its CPU time and memory);
-    `extra` goes to `flightfeed worker`."""
+    `extra` goes to `flightfeed worker` (no session builder: the default one)."""
     command = [sys.executable, "-m", "flightfeed.cli", "--log-level", "WARNING", "worker"]
-    command += ["--port", "0", "--session-builder", session_builder, *extra]
+    command += ["--port", "0", *extra]
+    if session_builder is not None:
+        command += ["--session-builder", session_builder]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -55,8 +55,9 @@ from ..offload import run_compute
 MERGE_EVERY_BATCHES = 16
 """States kept before they are merged into one (each is at most the groups of one run)."""
 OUTPUT_BATCH_ROWS = 65536
-COALESCE_ROWS = 65536
-"""Input rows reduced to states in one Acero call."""
+COALESCE_ROWS = 1 << 20
+"""Input rows reduced to states in one Acero call. Each call builds an Acero plan: a 50M-row
+group-by over Parquet on two workers took 0.69 s in runs of 64k rows, 0.49 s in runs of 1M."""
 COALESCE_BYTES = 16 * 1024 * 1024
 """...or input bytes, whichever comes first: wide rows reach it long before COALESCE_ROWS."""
 

@@ -33,7 +33,8 @@ from ..functions import BUILTINS
 DEFAULT_MAX_PARTITIONS = 12
 """Partitions by default: one per row group, at most this many (2, 3, 4 and 6 tasks divide it:
 the planner splits a leaf into a task count that divides its partitions)."""
-BATCH_ROWS = 65_536
+BATCH_ROWS = 262_144
+"""Rows per batch read: each batch costs a thread hop and a pass through the plan's nodes."""
 
 
 @dataclass(frozen=True)
