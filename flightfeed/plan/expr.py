@@ -130,6 +130,9 @@ def to_dataset_expression(expr: Expr) -> pc.Expression:
         return pc.scalar(expr.value)
     function = _builtin(expr.function)
     args = [to_dataset_expression(arg) for arg in expr.args]
+    # Expression._call is what every pyarrow.compute wrapper calls for Expression arguments;
+    # the wrappers themselves cannot stand in (pc.and_ builds a call to "and_", which does not
+    # exist). tests/unit/plan/test_parquet_scan.py pushes and, or and is_in through it.
     return pc.Expression._call(function.name, args, expr.options)
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import anyio.to_thread
 import pyarrow as pa
@@ -33,6 +34,7 @@ from ..functions import BUILTINS
 DEFAULT_MAX_PARTITIONS = 12
 """Partitions by default: one per row group, at most this many (2, 3, 4 and 6 tasks divide it:
 the planner splits a leaf into a task count that divides its partitions)."""
+T = TypeVar("T")
 BATCH_ROWS = 262_144
 """Rows per batch read: each batch costs a thread hop and a pass through the plan's nodes."""
 
@@ -138,9 +140,9 @@ class ParquetScan(PlanNodeBase):
                 f"ParquetScan of {self.task_count} tasks run as task {ctx.task_number}"
             )
         files = self.partitions[ctx.task_number * self.output_partitions + partition]
-        batches = await anyio.to_thread.run_sync(self._open, files)
+        batches = await _reading(files, self._open, files)
         while True:
-            batch = await anyio.to_thread.run_sync(next, batches, None)
+            batch = await _reading(files, next, batches, None)
             if batch is None:
                 return
             yield batch
@@ -176,6 +178,16 @@ class ParquetScan(PlanNodeBase):
             f"ParquetScan(files={files}, partitions={len(self.partitions)},"
             f" tasks={self.task_count}{shown})"
         )
+
+
+async def _reading(files: Sequence[RowGroups], fn: Callable[..., T], *args: object) -> T:
+    """`fn(*args)` on a worker thread; a file that is missing, unreadable or not as the plan
+    says (a row group it does not have) is the plan's error, named, not the worker's."""
+    try:
+        return await anyio.to_thread.run_sync(fn, *args)
+    except (OSError, IndexError, pa.ArrowException) as exc:
+        paths = sorted({f.path for f in files})
+        raise InvalidArgument(f"ParquetScan cannot read {paths}: {exc}") from exc
 
 
 def _by_file(units: Sequence[tuple[str, int]]) -> list[RowGroups]:

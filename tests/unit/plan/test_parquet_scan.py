@@ -11,6 +11,7 @@ import anyio
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -31,6 +32,7 @@ from flightfeed.plan import (
     open_task_context,
     plan_from,
 )
+from flightfeed.plan.nodes.parquet_scan import RowGroups
 from flightfeed.session import Session
 
 from .helpers import run, sorted_rows
@@ -109,6 +111,28 @@ def test_projection_and_filter_are_pushed_into_the_reader(data_dir: Path) -> Non
     expected = duck(data_dir, "SELECT id, x FROM t WHERE k > 5 AND s = 's1'")
     assert got.num_rows == expected.num_rows > 0
     assert sorted_rows(got) == sorted_rows(expected)
+
+
+def test_functions_with_options_and_keyword_names_are_pushed(data_dir: Path) -> None:
+    predicate = call(
+        "or",
+        call("is_in", col("k"), options=pc.SetLookupOptions(pa.array([1, 3], pa.int64()))),
+        call("equal", col("s"), lit("s4")),
+    )
+    scan = ParquetScan.from_paths(str(data_dir), partitions=3, columns=["id"], filter=predicate)
+    got = anyio.run(run, scan)
+    expected = duck(data_dir, "SELECT id FROM t WHERE k IN (1, 3) OR s = 's4'")
+    assert sorted_rows(got) == sorted_rows(expected)
+
+
+def test_a_file_not_as_the_plan_says_is_a_clear_error(data_dir: Path, tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64())])
+    missing = ParquetScan(schema, [[RowGroups(str(tmp_path / "gone.parquet"), (0,))]])
+    with pytest.raises(InvalidArgument, match=r"ParquetScan cannot read .*gone.parquet"):
+        anyio.run(run, missing)
+    no_such_group = ParquetScan(schema, [[RowGroups(str(data_dir / "b.parquet"), (7,))]])
+    with pytest.raises(InvalidArgument, match="row group 7"):
+        anyio.run(run, no_such_group)
 
 
 def test_an_aggregate_over_the_scan_answers_as_duckdb(data_dir: Path) -> None:
