@@ -76,11 +76,29 @@ def reference_messages(case: StreamCase) -> list[tuple[bytes, bytes]]:
         pos += length + body_length
 
 
-def assert_same_ipc(sent: list[tuple[bytes, bytes]], reference: list[tuple[bytes, bytes]]) -> None:
-    """Bodies are byte-identical; a header may only gain zero padding (to align the body)."""
+def _has_list_view(t: pa.DataType) -> bool:
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return True
+    return any(_has_list_view(t.field(i).type) for i in range(t.num_fields))
+
+
+def assert_same_ipc(
+    sent: list[tuple[bytes, bytes]],
+    reference: list[tuple[bytes, bytes]],
+    schema: pa.Schema | None = None,
+) -> None:
+    """Bodies are byte-identical; a header may only gain zero padding (to align the body).
+
+    Except under list views: writing a sliced list view, Arrow rebuilds its offsets and leaves
+    bytes it never reads uninitialised, so two writes of one batch may differ there (seen in 2 of
+    ~10 suite runs). Those bodies must match in size; their data is compared decoded."""
     assert len(sent) == len(reference)
+    loose = schema is not None and any(_has_list_view(field.type) for field in schema)
     for (header, body), (ref_header, ref_body) in zip(sent, reference, strict=True):
-        assert body == ref_body
+        if loose:
+            assert len(body) == len(ref_body)
+        else:
+            assert body == ref_body
         assert header[: len(ref_header)] == ref_header
         assert header[len(ref_header) :] == bytes(len(header) - len(ref_header))
         assert len(header) - len(ref_header) < 16
@@ -119,7 +137,7 @@ def check_codec_roundtrip(case: StreamCase, descriptor: bytes | None = None) -> 
     schema, received, ipc, descriptors = decode_all(grpc_payloads(case, descriptor))
     assert descriptors[0] == descriptor
     assert all(d is None for d in descriptors[1:])
-    assert_same_ipc(ipc, reference_messages(case))
+    assert_same_ipc(ipc, reference_messages(case), case.schema)
     assert_stream_equal(case, schema, [item for item in received if item[0] is not None])
 
 
