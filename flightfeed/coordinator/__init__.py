@@ -1,9 +1,9 @@
 """The coordinator: distributed planning, task dispatch to workers, feeds, metrics.
 
 - `Coordinator` (an async context manager): `async for batch in c.execute(plan)`;
-- `DistributedPlanner` cuts plans at Coalesce boundaries into stages (`Stage`, `NetworkCoalesce`),
-  sized by `TaskEstimator`s; `format_distributed_plan` shows the result as text,
-  `format_distributed_plan_dot` as Graphviz DOT;
+- `DistributedPlanner` cuts plans into stages (`Stage`) at network boundaries (`NetworkCoalesce`,
+  `NetworkShuffle`, `NetworkBroadcast`), sized by `TaskEstimator`s; `format_distributed_plan`
+  shows the result as text, `format_distributed_plan_dot` as Graphviz DOT;
 - `WorkerResolver`s list workers; `ChannelResolver` keeps one connection per worker and refuses
   workers of another version (`check_worker_version`);
 - `MetricsStore` keeps per-query task and feed metrics.
@@ -11,15 +11,17 @@
 
 from __future__ import annotations
 
+from ..plan.nodes import NetworkBroadcast, NetworkCoalesce, NetworkShuffle
+from ..plan.stage_input import STAGE_READER_KEY, StageInput, StageReader
+from ..protocol.resolver import ChannelResolver
+from ..protocol.version import check_worker_version
 from .catalog import Catalog, TableDefinition, load_catalog
-from .channels import ChannelResolver
 from .coordinator import Coordinator, QueryStream
 from .display import format_distributed_plan
 from .display_dot import format_distributed_plan_dot
 from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
 from .held import Endpoint, HeldQuery
 from .metrics import FeedPartitionMetrics, MetricsStore, QueryMetrics, TaskRecord
-from .network_coalesce import STAGE_OUTPUTS_KEY, NetworkCoalesce, StageOutputs
 from .parquet_estimator import ParquetScanEstimator
 from .planner import PARTITION_MIXING_KINDS, DistributedPlanner, distribute
 from .resolver import InProcessWorkerResolver, StaticWorkerResolver, WorkerResolver
@@ -27,11 +29,10 @@ from .service import CoordinatorService
 from .stage import DistributedPlan, Stage, StageTask
 from .table_query import ParsedTableQuery, parse_table_query, query_plan, table_command
 from .task_runner import DispatchOptions
-from .version import check_worker_version
 
 __all__ = [
     "PARTITION_MIXING_KINDS",
-    "STAGE_OUTPUTS_KEY",
+    "STAGE_READER_KEY",
     "Catalog",
     "ChannelResolver",
     "Coordinator",
@@ -44,12 +45,15 @@ __all__ = [
     "HeldQuery",
     "InProcessWorkerResolver",
     "MetricsStore",
+    "NetworkBroadcast",
     "NetworkCoalesce",
+    "NetworkShuffle",
     "ParsedTableQuery",
     "QueryMetrics",
     "QueryStream",
     "Stage",
-    "StageOutputs",
+    "StageInput",
+    "StageReader",
     "StageTask",
     "StaticWorkerResolver",
     "TableDefinition",

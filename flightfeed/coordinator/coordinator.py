@@ -34,21 +34,21 @@ from ..plan.codec import CodecRegistry, encode_plan
 from ..plan.execution import open_task_context
 from ..plan.metrics import MetricsRegistry, instrument
 from ..plan.nodes import Coalesce, ParquetScan, ParquetScanCodec
+from ..plan.stage_input import STAGE_READER_KEY
 from ..protocol import TaskKey, WorkUnit
+from ..protocol.resolver import ChannelResolver
 from ..session import Session, SessionStateBuilder
 from .admission import DEFAULT_MAX_CONCURRENT_QUERIES, Admission
-from .channels import ChannelResolver
 from .display import format_distributed_plan
 from .display_dot import format_distributed_plan_dot
 from .estimator import EstimatorKey, TaskEstimator, TaskEstimators
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
 from .metrics import MetricsStore, QueryMetrics, TaskRecord
-from .network_coalesce import STAGE_OUTPUTS_KEY
 from .parquet_estimator import ParquetScanEstimator
 from .planner import DistributedPlanner
 from .query import QueryRuntime, TaskRun
 from .resolver import WorkerResolver
-from .stage import DistributedPlan
+from .stage import DistributedPlan, placed
 from .streams import DEFAULT_MAX_BACKLOG, FeedStream, StreamRegistry
 from .task_runner import DispatchOptions, run_task
 
@@ -329,8 +329,9 @@ class Coordinator:
             used = dict.fromkeys(assignment.values())
             channels = {url: await self.channels.channel(url) for url in used}
             for stage in distributed.stages:
+                plan = placed(stage.plan, query_id, assignment)  # where its inputs run
                 # Off the loop: a plan may carry large in-memory tables.
-                plan_proto = await anyio.to_thread.run_sync(encode_plan, stage.plan, self.codecs)
+                plan_proto = await anyio.to_thread.run_sync(encode_plan, plan, self.codecs)
                 for task in stage.tasks:
                     url = assignment[(stage.stage_id, task.task_number)]
                     key = TaskKey(
@@ -476,7 +477,7 @@ class Coordinator:
         runtime.metrics.coordinator_nodes = registry.pre_order()
         try:
             async with open_task_context(self.session, metrics=registry) as ctx:
-                ctx.extensions[STAGE_OUTPUTS_KEY] = runtime
+                ctx.extensions[STAGE_READER_KEY] = runtime
                 async with closing(plan.execute(0, ctx)) as stream:
                     async for batch in stream:
                         await send.send(batch)

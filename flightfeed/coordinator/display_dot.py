@@ -1,6 +1,7 @@
 """The distributed plan as Graphviz DOT: the coordinator's part and each stage as a cluster,
 every node a box (its repr and output partitions), and an edge from each stage's root to the
-NetworkCoalesce that reads it, labelled with its tasks and the workers they run on.
+network node that reads it (NetworkCoalesce, NetworkShuffle, NetworkBroadcast), labelled with
+its tasks and the workers they run on.
 
 `dot -Tsvg plan.dot > plan.svg` draws it; the text form (display.py) stays the one for logs.
 """
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 
 from ..plan.base import ExecutionPlan
 from ..plan.metrics import unwrap
-from .network_coalesce import NetworkCoalesce
+from ..plan.stage_input import StageInput
 from .stage import DistributedPlan, Stage
 
 
@@ -20,16 +21,18 @@ def format_distributed_plan_dot(
 ) -> str:
     """A `digraph` of the plan; `workers`: (stage id, task number) → where the task runs."""
     graph = _Graph()
-    readers: dict[int, str] = {}  # stage id → the NetworkCoalesce node reading it
+    readers: dict[int, str] = {}  # stage id → the network node reading it
     graph.lines.append("  subgraph cluster_coordinator {")
     graph.lines.append('    label="Coordinator"; style=rounded;')
     graph.add_tree(plan.root, readers, indent="    ")
     graph.lines.append("  }")
+    roots: list[tuple[Stage, str]] = []
     for stage in plan.stages:
         graph.lines.append(f"  subgraph cluster_stage_{stage.stage_id} {{")
         graph.lines.append(f"    label={_quote(*_stage_label(stage, workers))}; style=dashed;")
-        root = graph.add_tree(stage.plan, readers, indent="    ")
+        roots.append((stage, graph.add_tree(stage.plan, readers, indent="    ")))
         graph.lines.append("  }")
+    for stage, root in roots:  # (a stage's reader may be in a later stage)
         reader = readers.get(stage.stage_id)
         if reader is not None:
             tasks = f"{stage.task_count} task{'s' if stage.task_count != 1 else ''}"
@@ -54,8 +57,9 @@ class _Graph:
         self._count += 1
         label = _quote(repr(node), f"partitions={node.output_partitions}")
         self.lines.append(f"{indent}{node_id} [label={label}];")
-        if isinstance(node, NetworkCoalesce):
-            readers[node.stage.stage_id] = node_id
+        source = getattr(node, "source", None)
+        if isinstance(source, StageInput):  # a network node: the stage it reads points here
+            readers[source.stage_id] = node_id
         for child in node.children:
             child_id = self.add_tree(child, readers, indent)
             self.lines.append(f"{indent}{child_id} -> {node_id};")

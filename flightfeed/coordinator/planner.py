@@ -1,41 +1,59 @@
-"""Distributed planning: cut a plan at Coalesce boundaries into stages of tasks.
+"""Distributed planning: cut a plan at its exchanges into stages of tasks that read each other.
 
-First every node gets the input partitioning it needs (plan/distribution.py): a Coalesce is
-added where a node would otherwise see a group's rows spread over partitions.
+First every node gets the input partitioning it needs (plan/distribution.py). With more than one
+worker, an input that must be hash-partitioned gets a Repartition (a shuffle), one that must be
+whole a Coalesce; with one worker, a Coalesce either way.
 
 A leaf is distributable when its node kind has a TaskEstimator or it holds a registered
-work-unit feed. The lowest Coalesce above distributable leaves is a stage boundary: its input
-subtree becomes a stage of T tasks and, on the coordinator, the Coalesce reads a
-NetworkCoalesce over that stage instead. The lowest one, because a node between two
-Coalesces (a Limit, a final aggregate) must see every task's rows, so it stays local.
+work-unit feed. Walking up from the leaves, an exchange above distributable leaves is a stage
+boundary: its input subtree becomes a stage of T tasks, and the exchange reads that stage:
 
-T is the estimators' task count (a maximum is capped by the workers), lowered so that it
-divides every leaf's partition count P: each task runs `scale_up_leaf_node(leaf, T)` and owns
-global partitions [t*P/T, (t+1)*P/T). A stage runs as one task, unsplit, when splitting could
-change its result: a leaf that cannot be split (it would be read by every task), a node that
-mixes partitions (Repartition, HashJoin), or a leaf the estimator declines to scale.
-Distributable leaves with no Coalesce above them run on the coordinator, as does any plan
-without a boundary.
+- a Coalesce reads it through a NetworkCoalesce (on the coordinator, or in a task above);
+- a Repartition becomes a NetworkShuffle: each producer task hash-splits its output into N
+  buckets and the stage above, split into tasks, reads its share of the buckets;
+- the build (left) side of a collect-left HashJoin is cut too and read whole: in a stage of
+  several tasks that is a NetworkBroadcast (every task gets every build row, the probe side
+  stays where it is).
+
+A NetworkShuffle is a distributable leaf of the stage above; a NetworkCoalesce or broadcast is
+read whole by each of its tasks. A stage's T is the smallest of its leaves' task counts
+(estimators, capped by the workers; a shuffle: its bucket count, capped by the workers), lowered
+so that it divides every leaf's partition count P: each task owns global partitions
+[t*P/T, (t+1)*P/T). A stage runs as one task, unsplit, when splitting could change its result:
+a leaf that cannot be split (every task would read it), a node that mixes partitions
+(a Repartition left in place, a partitioned join over inputs not shuffled on its keys), or a
+leaf the estimator declines to scale. Distributable leaves with no exchange above them are a
+stage too, its tasks' outputs the query's result; only what is above the last cut, or a plan
+with no distributable leaf, runs on the coordinator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidArgument
 from ..feeds import FeedAssignment, FeedRegistry, WorkUnitFeed
 from ..plan.base import ExecutionPlan
-from ..plan.distribution import enforce_distribution
+from ..plan.distribution import HashPartitioned, enforce_distribution
 from ..plan.metrics import unwrap
-from ..plan.nodes import Coalesce
+from ..plan.nodes import (
+    Coalesce,
+    HashJoin,
+    NetworkBroadcast,
+    NetworkCoalesce,
+    NetworkShuffle,
+    Repartition,
+)
+from ..plan.partitioning import MAX_PARTITIONS, Partitioning
+from ..plan.stage_input import StageInput
 from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
-from .network_coalesce import NetworkCoalesce
 from .stage import DistributedPlan, Stage, StageTask
 
-PARTITION_MIXING_KINDS: frozenset[str] = frozenset({"Repartition", "HashJoin"})
-"""Nodes whose output partition depends on more than the same input partition."""
+PARTITION_MIXING_KINDS: frozenset[str] = frozenset({"Repartition"})
+"""Nodes whose output partition depends on more than the same input partition (a partitioned
+HashJoin is one too unless its inputs are shuffles: see `_stage`)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -49,12 +67,40 @@ class _Leaf:
         wanted = self.estimation.resolve(workers) if self.estimation is not None else 1
         return max(1, min(wanted, self.node.output_partitions))
 
+    def describe(self) -> str:
+        if self.estimation is None:
+            return "feed without a task estimation, one task"
+        kind = "at most" if self.estimation.is_maximum else "desired"
+        return f"{kind} {self.estimation.task_count}"
+
+    def scale(self, tasks: int) -> ExecutionPlan | None:
+        return _scale(self, tasks)
+
+
+@dataclass(eq=False, slots=True)
+class _ShuffleLeaf:
+    """A NetworkShuffle as a leaf of the stage reading it: split by buckets."""
+
+    node: NetworkShuffle
+
+    def task_count(self, workers: int) -> int:
+        return max(1, min(workers, self.node.output_partitions))
+
+    def describe(self) -> str:
+        return f"{self.node.output_partitions} buckets"
+
+    def scale(self, tasks: int) -> ExecutionPlan | None:
+        return self.node.for_tasks(tasks)
+
 
 @dataclass(eq=False)
 class _Planning:
     workers: int
     stages: list[Stage] = field(default_factory=list)
     leaves: dict[int, _Leaf | None] = field(default_factory=dict)
+    exchanges: set[int] = field(default_factory=set)
+    """The Repartitions enforce_distribution added (by id): shuffles where their input is
+    distributable, Coalesces where it is not (the cheaper exchange in one process)."""
 
 
 class DistributedPlanner:
@@ -76,10 +122,13 @@ class DistributedPlanner:
         return [feed for _, feed in self._feeds.feeds_in(plan)] if self._feeds is not None else []
 
     def plan(self, plan: ExecutionPlan, workers: int) -> DistributedPlan:
-        """Stages cut at the Coalesces, after enforce_distribution added those the plan's
+        """Stages cut at the plan's exchanges, after enforce_distribution added those its
         nodes need (a grouped aggregate over partitions not split by its keys, say)."""
         state = _Planning(workers=max(workers, 1))
-        root, _ = self._rewrite(enforce_distribution(plan), state)
+        exchange = self._hash_exchange(state) if state.workers > 1 else None
+        root, pending = self._rewrite(enforce_distribution(plan, hash_exchange=exchange), state)
+        if pending:  # distributable leaves with nothing above to cut at: their tasks' outputs
+            root = NetworkCoalesce(self._input(self._stage(root, state)))  # are the result
         return DistributedPlan(root, tuple(state.stages))
 
     def plan_on_workers(self, plan: ExecutionPlan, workers: int) -> DistributedPlan:
@@ -90,9 +139,18 @@ class DistributedPlanner:
         state = _Planning(workers=max(workers, 1))
         plan = enforce_distribution(plan)
         stage = self._stage(unwrap(plan), state, single_partition_kinds=frozenset({"Coalesce"}))
-        if stage is None:
-            raise InvalidArgument("a plan that reads other stages cannot run on the workers alone")
-        return DistributedPlan(NetworkCoalesce(stage), (stage,))
+        return DistributedPlan(NetworkCoalesce(self._input(stage)), (stage,))
+
+    def _hash_exchange(
+        self, state: _Planning
+    ) -> Callable[[ExecutionPlan, HashPartitioned, int], ExecutionPlan | None]:
+        def exchange(child: ExecutionPlan, need: HashPartitioned, width: int) -> ExecutionPlan:
+            partitioning = Partitioning(need.keys, min(width, MAX_PARTITIONS))
+            node = Repartition(child, partitioning)
+            state.exchanges.add(id(node))
+            return node
+
+        return exchange
 
     # -- finding boundaries --------------------------------------------------------------------
 
@@ -112,21 +170,31 @@ class DistributedPlanner:
         """The rewritten node, and whether distributable leaves below still await a stage."""
         node = unwrap(node)
         if not node.children:
-            return node, self._leaf(node, state) is not None
+            distributable = isinstance(node, NetworkShuffle) or self._leaf(node, state) is not None
+            return node, distributable
         originals = [unwrap(child) for child in node.children]
         rewritten = [self._rewrite(child, state) for child in originals]
         children = [child for child, _ in rewritten]
-        pending = any(flag for _, flag in rewritten)
-        if isinstance(node, Coalesce) and pending:
+        pending = [flag for _, flag in rewritten]
+        if isinstance(node, Coalesce) and pending[0]:
+            reader = NetworkCoalesce(self._input(self._stage(children[0], state)))
+            return node.with_children([reader]), False
+        if isinstance(node, Repartition) and pending[0]:
             stage = self._stage(children[0], state)
-            if stage is not None:
-                return node.with_children([NetworkCoalesce(stage)]), False
-            pending = False  # it holds another stage's boundary: run the rest here
+            return NetworkShuffle(self._input(stage), node.partitioning), True
+        if isinstance(node, Repartition) and id(node) in state.exchanges:
+            return Coalesce(children[0]), False  # nothing to shuffle across workers
+        if isinstance(node, HashJoin) and node.collect_left and pending[0]:
+            build = NetworkCoalesce(self._input(self._stage(children[0], state)))
+            children[0], pending[0] = build, False  # a broadcast once its stage has tasks
         if any(new is not old for new, old in zip(children, originals, strict=True)):
             node = node.with_children(children)
-        return node, pending
+        return node, any(pending)
 
     # -- building a stage ------------------------------------------------------------------------
+
+    def _input(self, stage: Stage) -> StageInput:
+        return StageInput(stage.stage_id, stage.task_count, stage.partitions_per_task, stage.schema)
 
     def _stage(
         self,
@@ -134,28 +202,33 @@ class DistributedPlanner:
         state: _Planning,
         *,
         single_partition_kinds: frozenset[str] = frozenset(),
-    ) -> Stage | None:
-        leaves: list[_Leaf] = []
+    ) -> Stage:
+        leaves: list[_Leaf | _ShuffleLeaf] = []
+        whole: list[ExecutionPlan] = []
         blockers: list[str] = []
         for node in _walk(subtree):
-            if isinstance(node, NetworkCoalesce):
-                return None  # tasks cannot read other tasks yet: keep this subtree local
             if node.children:
                 if node.name in self._mixing:
                     blockers.append(f"{node.name} mixes partitions across tasks")
                 elif node.name in single_partition_kinds:
                     blockers.append(f"{node.name} must see every task's rows")
+                elif isinstance(node, HashJoin) and not node.collect_left:
+                    if not _inputs_are_shuffles(node, lambda n: self._leaf(n, state) is not None):
+                        blockers.append("a partitioned HashJoin over inputs not shuffled by key")
                 elif self._feeds is not None and self._feeds.feed_of(node) is not None:
                     blockers.append(f"{node.name} has a feed but is not a leaf")
                 continue
-            leaf = self._leaf(node, state)
-            if leaf is None:
-                blockers.append(f"leaf {node.name} cannot be split (every task would read it)")
+            if isinstance(node, NetworkShuffle):
+                leaves.append(_ShuffleLeaf(node))
+            elif isinstance(node, NetworkCoalesce | NetworkBroadcast):
+                whole.append(node)  # read whole by each task
+            elif (found := self._leaf(node, state)) is not None:
+                leaves.append(found)
             else:
-                leaves.append(leaf)
+                blockers.append(f"leaf {node.name} cannot be split (every task would read it)")
         counts = [leaf.task_count(state.workers) for leaf in leaves]
         tasks = min(counts, default=1)
-        note = ", ".join(f"{leaf.node.name}: {_describe(leaf)}" for leaf in leaves)
+        note = ", ".join(f"{leaf.node.name}: {leaf.describe()}" for leaf in leaves)
         note = note or "no leaf that splits into tasks"
         if blockers and tasks > 1:
             tasks, note = 1, "; ".join(blockers)
@@ -164,11 +237,15 @@ class DistributedPlanner:
         scaled: dict[int, ExecutionPlan] = {}
         if tasks > 1:
             for leaf in leaves:
-                per_task = _scale(leaf, tasks)
+                per_task = leaf.scale(tasks)
                 if per_task is None:
                     tasks, note, scaled = 1, f"{leaf.node.name} cannot be scaled up", {}
                     break
                 scaled[id(leaf.node)] = per_task
+        if tasks > 1:
+            for node in whole:
+                assert isinstance(node, NetworkCoalesce | NetworkBroadcast)
+                scaled[id(node)] = NetworkBroadcast(node.source, tasks)
         plan = _replace(subtree, scaled) if scaled else subtree
         stage_id = len(state.stages) + 1
         stage = Stage(
@@ -220,11 +297,13 @@ def _scale(leaf: _Leaf, tasks: int) -> ExecutionPlan | None:
     return per_task
 
 
-def _describe(leaf: _Leaf) -> str:
-    if leaf.estimation is None:
-        return "feed without a task estimation, one task"
-    kind = "at most" if leaf.estimation.is_maximum else "desired"
-    return f"{kind} {leaf.estimation.task_count}"
+def _inputs_are_shuffles(join: HashJoin, splits: Callable[[ExecutionPlan], bool]) -> bool:
+    """Whether every leaf of a partitioned join that splits across tasks is a NetworkShuffle:
+    then partition i of both sides holds the same buckets in every task."""
+    return not any(
+        not node.children and not isinstance(node, NetworkShuffle) and splits(node)
+        for node in _walk(join)
+    )
 
 
 def _walk(plan: ExecutionPlan) -> list[ExecutionPlan]:

@@ -1,8 +1,9 @@
 """One query's state on the coordinator: its tasks and workers, readiness, the first failure.
 
-The runtime is what NetworkCoalesce reads task outputs through (StageOutputs) and what every
-task runner reports to. `fail` keeps the first error and cancels the query's task group, so
-one failure stops everything the query started; later errors are consequences and dropped.
+The runtime is what the coordinator's NetworkCoalesce reads task outputs through (a
+StageReader) and what every task runner reports to. `fail` keeps the first error and cancels
+the query's task group, so one failure stops everything the query started; later errors are
+consequences and dropped.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import anyio
 import pyarrow as pa
 from grpclib.const import Status
 
-from ..errors import ErrorOrigin, FeedError, FlightfeedError, RemoteError
+from ..errors import ErrorOrigin, ExecutionError, FeedError, FlightfeedError, RemoteError
 from ..feeds import FeedDispatcher
+from ..plan.stage_input import OwnPartitions, ReadHead, StageInput
 from ..protocol import (
     TaskChannel,
     TaskId,
@@ -69,7 +71,7 @@ def query_error(exc: Exception, origin: ErrorOrigin | None) -> FlightfeedError:
 
 
 class QueryRuntime:
-    """The running query: implements StageOutputs for its NetworkCoalesce nodes."""
+    """The running query: implements StageReader for its NetworkCoalesce nodes."""
 
     def __init__(
         self,
@@ -129,16 +131,19 @@ class QueryRuntime:
             run.dispatcher = None  # its delivery log goes with it
         self.finished.set()
 
-    # -- StageOutputs ---------------------------------------------------------------------------
+    # -- StageReader ----------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def task_output(
-        self, stage: Stage, task_number: int
+    async def read(
+        self, source: StageInput, task_number: int, head: ReadHead, partitions: range
     ) -> AsyncIterator[AsyncIterator[pa.RecordBatch]]:
-        """Every output partition of one task, read with one ExecuteTask from its worker."""
-        run = self.tasks[(stage.stage_id, task_number)]
+        """Partitions of one task's output (its own: the coordinator's nodes only coalesce),
+        read with one ExecuteTask from its worker once the task has its plan."""
+        if not isinstance(head, OwnPartitions):
+            raise ExecutionError(f"the coordinator reads tasks' own partitions, not {head}")
+        run = self.tasks[(source.stage_id, task_number)]
         await run.ready.wait()
-        request = execute_task_request(run.key, 0, stage.partitions_per_task)
+        request = execute_task_request(run.key, partitions.start, partitions.stop)
         try:
             async with run.channel.execute_task(request, headers=self.headers) as batches:
                 yield aiter(batches)

@@ -11,6 +11,7 @@ import pyarrow as pa
 from ..errors import InvalidArgument
 from ..feeds import FeedAssignment
 from ..plan.base import ExecutionPlan
+from ..plan.metrics import unwrap
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,3 +86,22 @@ class DistributedPlan:
         if not workers:
             raise InvalidArgument("no workers to assign tasks to")
         return {ref: workers[(offset + i) % len(workers)] for i, ref in enumerate(self.task_refs())}
+
+
+def placed(
+    plan: ExecutionPlan, query_id: bytes, assignment: Mapping[tuple[int, int], str]
+) -> ExecutionPlan:
+    """`plan` with every network node's input stage placed: the query id and, by task number,
+    the worker each producer task runs on (`assignment`: (stage id, task) → worker URL). What a
+    worker needs to read its inputs; the plan itself when it reads no other stage."""
+    node = unwrap(plan)
+    source = getattr(node, "source", None)
+    if source is not None and hasattr(node, "with_source"):
+        urls = tuple(assignment[(source.stage_id, t)] for t in range(source.task_count))
+        return node.with_source(source.placed(query_id, urls))  # type: ignore[no-any-return]
+    if not node.children:
+        return node
+    children = [placed(child, query_id, assignment) for child in node.children]
+    if all(new is old for new, old in zip(children, node.children, strict=True)):
+        return node
+    return node.with_children(children)

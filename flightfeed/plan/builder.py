@@ -5,9 +5,11 @@ a total order, `limit` keeps the first rows of the result, `aggregate` gives one
 The builder makes the per-partition nodes mean that: a sort or limit over several partitions
 runs per partition first (top-k, local limit) and again over their Coalesce, so the early part
 runs where the data is. Each step's plan gets the input partitioning its nodes need
-(plan/distribution.py: an aggregate over several partitions becomes PARTIAL, Coalesce, FINAL),
-so a built plan runs right in one process as well as distributed, where the partial part runs
-on the workers. UDFs come from one registry given at the
+(plan/distribution.py): a grouped aggregate over several partitions becomes PARTIAL, a
+Repartition on its keys and FINAL, a global one PARTIAL, Coalesce, FINAL. So a built plan runs
+right in one process as well as distributed, where the Repartition is a shuffle between the
+workers' tasks. A join broadcasts its build side (this side) by default, or shuffles both sides
+by key (`strategy="shuffle"`, for two large inputs). UDFs come from one registry given at the
 start (`functions=`, a session's), not from every node.
 """
 
@@ -20,7 +22,7 @@ import pyarrow as pa
 from ..errors import InvalidArgument
 from .aggregate import AggregateExpr
 from .base import ExecutionPlan
-from .distribution import enforce_distribution
+from .distribution import HashPartitioned, enforce_distribution, output_hash_keys
 from .expr import Expr, col
 from .functions import BUILTINS, FunctionRegistry
 from .nodes import (
@@ -77,8 +79,11 @@ class PlanBuilder:
 
     def _then(self, plan: ExecutionPlan) -> PlanBuilder:
         # Every step's plan meets its nodes' needs, so it runs right in one process too, and
-        # the next step sees the partitions there will be (one after a split aggregate).
-        return PlanBuilder(enforce_distribution(plan), self.functions)
+        # the next step sees the partitions there will be.
+        return PlanBuilder(enforce_distribution(plan, hash_exchange=self._shuffle), self.functions)
+
+    def _shuffle(self, child: ExecutionPlan, need: HashPartitioned, width: int) -> ExecutionPlan:
+        return Repartition(child, Partitioning(need.keys, width), functions=self.functions)
 
     def filter(self, predicate: Expr) -> PlanBuilder:
         return self._then(Filter(self.plan, predicate, functions=self.functions))
@@ -106,16 +111,34 @@ class PlanBuilder:
         right: PlanBuilder | ExecutionPlan,
         on: Sequence[tuple[str, str]] | str,
         how: str = "inner",
+        *,
+        strategy: str = "broadcast",
     ) -> PlanBuilder:
-        """An equi-join; this side is the build side (collected once per task). `on` is a
-        column both sides share the name of, or (left, right) name pairs."""
+        """An equi-join. `on` is a column both sides share the name of, or (left, right) name
+        pairs. `strategy`: "broadcast" collects this side whole in every task that joins (keep
+        it the small side); "shuffle" hash-partitions both sides by their keys, so partition i
+        of one meets partition i of the other (two large sides; every join type)."""
         other = right.plan if isinstance(right, PlanBuilder) else right
         pairs = [(on, on)] if isinstance(on, str) else list(on)
         if how not in JOIN_TYPES:
             raise InvalidArgument(f"unknown join type {how!r}; one of {list(JOIN_TYPES)}")
+        if strategy == "shuffle":
+            width = max(self.plan.output_partitions, other.output_partitions)
+            left = self._hashed(self.plan, [key for key, _ in pairs], width)
+            right_side = self._hashed(other, [key for _, key in pairs], width)
+            return self._then(HashJoin(left, right_side, pairs, how, collect_left=False))
+        if strategy != "broadcast":
+            raise InvalidArgument(f"unknown join strategy {strategy!r}: broadcast or shuffle")
         if needs_all_right_rows(how) and other.output_partitions > 1:
             other = Coalesce(other)  # each left row must meet every right row in one place
         return self._then(HashJoin(self.plan, other, pairs, how))
+
+    def _hashed(self, plan: ExecutionPlan, keys: list[str], width: int) -> ExecutionPlan:
+        """`plan` hash-partitioned on `keys` into `width` partitions (as it is if it already is)."""
+        exprs = tuple(col(key) for key in keys)
+        if width == 1 or (output_hash_keys(plan) == exprs and plan.output_partitions == width):
+            return plan
+        return self._shuffle(plan, HashPartitioned(exprs, co_partitioned=True), width)
 
     def sort(self, *keys: str | SortKey, fetch: int | None = None) -> PlanBuilder:
         """A total order by `keys` (names sort ascending); `fetch` keeps the first rows only,

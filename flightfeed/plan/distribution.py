@@ -26,7 +26,7 @@ and FINAL above it, so the tasks below send states, not rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -93,14 +93,23 @@ def satisfies(child: ExecutionPlan, required: Distribution | None) -> bool:
     return all(key in required.keys for key in keys)
 
 
-def enforce_distribution(plan: ExecutionPlan) -> ExecutionPlan:
-    """`plan` with a Coalesce under every input whose partitioning its node cannot use; the
-    plan itself (the same object) when every node's needs are met."""
-    from .nodes import Coalesce  # nodes import this module's types
+HashExchange: TypeAlias = Callable[[ExecutionPlan, HashPartitioned, int], ExecutionPlan | None]
+"""Builds the exchange that hash-partitions an input on a requirement's keys into N partitions
+(None: it cannot, a Coalesce is used instead)."""
 
+
+def enforce_distribution(
+    plan: ExecutionPlan, *, hash_exchange: HashExchange | None = None
+) -> ExecutionPlan:
+    """`plan` with a Coalesce under every input whose partitioning its node cannot use; the
+    plan itself (the same object) when every node's needs are met.
+
+    With `hash_exchange` (the distributed planner's), an input that must be hash-partitioned
+    gets that exchange instead of a Coalesce (a Repartition, which the planner turns into a
+    NetworkShuffle), into as many partitions as it has (the most of co-partitioned inputs)."""
     node = unwrap(plan)
     originals = [unwrap(child) for child in node.children]
-    children = [enforce_distribution(child) for child in originals]
+    children = [enforce_distribution(child, hash_exchange=hash_exchange) for child in originals]
     required = required_input_distribution(node)
     unmet = [not satisfies(child, need) for child, need in zip(children, required, strict=True)]
     co_partitioned = [
@@ -113,14 +122,49 @@ def enforce_distribution(plan: ExecutionPlan) -> ExecutionPlan:
     if unmet == [True]:
         rebuilt = _around_exchange(node.with_children(children) if changed else node)
         if rebuilt is not None:
-            return rebuilt
+            return _hashed_inputs(rebuilt, hash_exchange) if hash_exchange else rebuilt
+    width = max((c.output_partitions for c, u in zip(children, unmet, strict=True) if u), default=1)
     fixed: Sequence[ExecutionPlan] = [
-        Coalesce(child) if coalesce else child
-        for child, coalesce in zip(children, unmet, strict=True)
+        _exchange(child, need, width, hash_exchange) if coalesce else child
+        for child, need, coalesce in zip(children, required, unmet, strict=True)
     ]
     if any(new is not old for new, old in zip(fixed, originals, strict=True)):
         return node.with_children(fixed)
     return plan
+
+
+def _exchange(
+    child: ExecutionPlan,
+    need: Distribution | None,
+    width: int,
+    hash_exchange: HashExchange | None,
+) -> ExecutionPlan:
+    """What meets `need` for `child`: the hash exchange when there is one and it applies,
+    else a Coalesce (always correct)."""
+    from .nodes import Coalesce  # nodes import this module's types
+
+    if hash_exchange is not None and isinstance(need, HashPartitioned) and width > 1:
+        exchanged = hash_exchange(child, need, width)
+        if exchanged is not None:
+            return exchanged
+    return Coalesce(child)
+
+
+def _hashed_inputs(node: ExecutionPlan, hash_exchange: HashExchange) -> ExecutionPlan:
+    """A node rebuilt around a Coalesce (`around_exchange`), its Coalesce swapped for the hash
+    exchange its own requirement asks for (a FINAL aggregate: its group keys)."""
+    from .nodes import Coalesce
+
+    (child,) = node.children
+    (need,) = required_input_distribution(node)
+    inner = unwrap(child)
+    if not isinstance(inner, Coalesce) or not isinstance(need, HashPartitioned):
+        return node
+    below = unwrap(inner.child)
+    if below.output_partitions <= 1:
+        return node
+    exchanged = hash_exchange(below, need, below.output_partitions)
+    return node if exchanged is None else node.with_children([exchanged])
 
 
 def _around_exchange(node: ExecutionPlan) -> ExecutionPlan | None:
@@ -134,6 +178,7 @@ def _around_exchange(node: ExecutionPlan) -> ExecutionPlan | None:
 
 __all__ = [
     "Distribution",
+    "HashExchange",
     "HashPartitioned",
     "SinglePartition",
     "enforce_distribution",

@@ -147,10 +147,19 @@ async def _deliver_failure(
 class InProcessWorkerChannel:
     """A WorkerChannel to a worker registered in this process under an inproc:// location."""
 
-    def __init__(self, url: str, *, metadata: Mapping[str, str | bytes] | None = None) -> None:
-        if not url.startswith(SCHEME):
+    def __init__(
+        self,
+        url: str,
+        *,
+        metadata: Mapping[str, str | bytes] | None = None,
+        endpoint: WorkerEndpoint | None = None,
+    ) -> None:
+        """`endpoint`: call these handlers directly, whatever `url` is (a worker reading a
+        task it hosts itself); without it, `url` must be a registered inproc:// location."""
+        if endpoint is None and not url.startswith(SCHEME):
             raise InvalidArgument(f"not an in-process worker location: {url!r}")
         self._url = url
+        self._endpoint = endpoint
         # Headers reach a session builder as text (binary `-bin` values are not passed on).
         self._metadata = {k: v for k, v in (metadata or {}).items() if isinstance(v, str)}
 
@@ -158,17 +167,20 @@ class InProcessWorkerChannel:
     def url(self) -> str:
         return self._url
 
+    def _target(self) -> WorkerEndpoint:
+        return self._endpoint if self._endpoint is not None else _endpoint(self._url)
+
     def _headers(self, headers: Headers | None) -> Headers:
         return {**self._metadata, **(headers or {})}
 
     async def worker_info(self) -> GetWorkerInfoResponse:
-        return _endpoint(self._url).worker_info()
+        return self._target().worker_info()
 
     @asynccontextmanager
     async def open_task(
         self, set_plan: SetPlanRequest, *, headers: Headers | None = None
     ) -> AsyncIterator[InProcessTaskChannel]:
-        endpoint = _endpoint(self._url)
+        endpoint = self._target()
         to_worker, inbound = anyio.create_memory_object_stream[CoordinatorToWorkerMsg](
             CONTROL_BUFFER
         )
@@ -202,7 +214,7 @@ class InProcessWorkerChannel:
     async def execute_task(
         self, request: ExecuteTaskRequest, *, headers: Headers | None = None
     ) -> AsyncIterator[_Batches]:
-        endpoint = _endpoint(self._url)
+        endpoint = self._target()
         send, receive = anyio.create_memory_object_stream[pa.RecordBatch | _Failure](BATCH_BUFFER)
 
         async def serve() -> None:

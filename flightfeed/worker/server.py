@@ -66,6 +66,7 @@ class Worker:
             session_builder=resolve_session_builder(session_builder),
         )
         self.handlers = WorkerHandlers(self.state)
+        self.state.endpoint = self.handlers
         self._advertised_url = advertised_url
         self._in_process = in_process
         self._server = FlightServer(
@@ -91,6 +92,7 @@ class Worker:
 
     async def __aenter__(self) -> Worker:
         async with AsyncExitStack() as stack:
+            stack.push_async_callback(self.state.peers.aclose)
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)
             if self._in_process:  # reachable by location from this process only

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from ..flight.call_count import CallCount
 from ..plan.memory import MemoryPool
 from ..plan.nodes import ParquetScanCodec
+from ..protocol.channel import WorkerEndpoint
+from ..protocol.resolver import ChannelResolver
 from ..session import SessionBuilder
 from .config import WorkerConfig
 from .registry import TaskRegistry
@@ -26,6 +28,10 @@ class WorkerState:
     """The calls running on the worker's port (none in process: calls are not counted)."""
     memory_releases: int = 0
     """Times the worker handed freed memory back after going quiet."""
+    endpoint: WorkerEndpoint | None = None
+    """The worker's own handlers (set when it starts): its tasks read each other through them."""
+    peers: ChannelResolver = field(default_factory=lambda: ChannelResolver(check_version=False))
+    """Channels to the workers its tasks read from (NetworkShuffle and co.), by URL."""
     parquet_codec: ParquetScanCodec = field(init=False)
     """Decodes ParquetScans of files under WorkerConfig.parquet_roots (of none without)."""
 

@@ -8,6 +8,9 @@ from .hash_aggregate import AggregateMode, HashAggregate, HashAggregateCodec
 from .hash_join import HashJoin, HashJoinCodec
 from .limit import Limit, LimitCodec
 from .memory_scan import MemoryScan, MemoryScanCodec
+from .network_broadcast import NetworkBroadcast, NetworkBroadcastCodec
+from .network_coalesce import NetworkCoalesce, NetworkCoalesceCodec
+from .network_shuffle import NetworkShuffle, NetworkShuffleCodec
 from .parquet_scan import ParquetScan, ParquetScanCodec
 from .projection import Projection, ProjectionCodec
 from .repartition import Repartition, RepartitionCodec
@@ -25,6 +28,9 @@ BUILTIN_CODECS = (
     CoalesceCodec(),
     RepartitionCodec(),
     HashJoinCodec(),
+    NetworkCoalesceCodec(),
+    NetworkShuffleCodec(),
+    NetworkBroadcastCodec(),
 )
 """Codecs every session has. ParquetScanCodec is not one: a worker reads files only under the
 roots its operator names (see parquet_scan.py)."""
@@ -38,6 +44,9 @@ __all__ = [
     "HashJoin",
     "Limit",
     "MemoryScan",
+    "NetworkBroadcast",
+    "NetworkCoalesce",
+    "NetworkShuffle",
     "ParquetScan",
     "ParquetScanCodec",
     "Projection",

@@ -40,11 +40,13 @@ from ...feeds import FEED_INBOX_KEY, FeedInbox
 from ...plan.base import ExecutionPlan
 from ...plan.metrics_wire import encode_task_metrics
 from ...plan.nodes import ParquetScan, ParquetScanCodec
+from ...plan.stage_input import STAGE_READER_KEY
 from ...protocol.channel import Headers, Send
 from ...protocol.channel_wire import EncodedTaskMetrics
 from ...protocol.keys import TaskId, task_id
 from ...session import Headers as SessionHeaders
 from ...session import Session, WorkerQueryContext
+from ..stage_reader import WorkerStageReader
 from ..state import WorkerState
 from ..task import Task
 
@@ -197,6 +199,7 @@ async def run_task(
             replayable=opened.request.replayable,
             memory=state.memory.task(str(opened.key), opened.session.memory_budget_bytes),
         )
+        task.ctx.extensions[STAGE_READER_KEY] = WorkerStageReader(state, task.worker_url)
         if inbox is not None:
             task.ctx.extensions[FEED_INBOX_KEY] = inbox
             inbox.reserve_from(task.ctx.memory.reservation("feed inbox"))

@@ -19,7 +19,7 @@ from flightfeed.coordinator import ChannelResolver, Coordinator, StaticWorkerRes
 from flightfeed.errors import Cancelled, FeedError, RemoteError, VersionMismatch
 from flightfeed.feeds import FeedRegistry
 from flightfeed.flight import KeepalivePolicy
-from flightfeed.plan import Coalesce, CodecRegistry, encode_plan
+from flightfeed.plan import Coalesce, CodecRegistry, agg, encode_plan, plan_from
 from flightfeed.protocol import WorkerClient
 from flightfeed.testing import start_workers, tcp_proxy, wait_for_no_tasks
 from flightfeed.testing.feeds import (
@@ -189,3 +189,26 @@ async def test_a_worker_of_another_version_is_refused() -> None:
     assert __version__ in message
     assert "0.0.0-elsewhere" in message
     assert channels.urls == []
+
+
+async def test_a_provider_error_under_a_shuffle_reaches_the_caller_and_every_task_ends() -> None:
+    """The failing feed is read two stages down: a partial aggregate whose states are shuffled
+    to the final's tasks on both workers. The error still reaches the caller as the provider's,
+    and no worker keeps any task of the query (producers, consumers, the shuffle's buffers)."""
+    provider = UnitProvider([100] * 4, fail_at={1: (20, "page 3 expired")})
+    plan = plan_from(unit_scan(provider)).aggregate(["partition"], [agg("count", name="n")]).plan
+    async with feed_cluster(2, task_estimators={"UnitScan": UnitScanEstimator(2)}) as (
+        coordinator,
+        workers,
+    ):
+        assert "NetworkShuffle(" in await coordinator.explain(plan)
+        with anyio.fail_after(10), pytest.raises(FeedError, match="page 3 expired"):
+            await coordinator.collect(plan)
+        with anyio.fail_after(2):
+            await wait_for_no_tasks(workers)
+        healthy = plan_from(unit_scan(UnitProvider([100] * 4)))
+        counted = healthy.aggregate(["partition"], [agg("count", name="n")]).plan
+        result = await coordinator.collect(counted)  # the workers keep serving
+    assert sorted(result.to_pylist(), key=lambda row: row["partition"]) == [
+        {"partition": p, "n": 100} for p in range(4)
+    ]

@@ -54,9 +54,10 @@ async def test_a_parquet_scan_runs_on_every_worker(data_dir: Path) -> None:
         distributed = coordinator.plan(query(data_dir), len(workers))
         result = await coordinator.collect(query(data_dir))
         metrics = coordinator.metrics.latest
-    (stage,) = distributed.stages
-    assert stage.task_count == 2
-    assert stage.plan.name == "HashAggregate"  # partial, over the tasks' row groups
+    partial, final = distributed.stages  # partial states shuffled by key to the final's tasks
+    assert partial.task_count == 2
+    assert final.task_count == 2
+    assert partial.plan.name == "HashAggregate"  # partial, over the tasks' row groups
     assert metrics is not None
     assert {record.worker_url for record in metrics.tasks.values()} == {
         worker.location for worker in workers

@@ -19,6 +19,7 @@ from flightfeed.plan import (
     desc,
     open_task_context,
     plan_from,
+    pre_order,
 )
 
 pytestmark = pytest.mark.anyio
@@ -85,11 +86,13 @@ async def test_an_aggregate_built_without_its_coalesce_still_answers_right(
         distributed = coordinator.plan(forgetful(scan(*SEED_ARGS)), 2)
         result = await coordinator.collect(forgetful(scan(*SEED_ARGS)))
     assert result.sort_by("task").equals(reference.sort_by("task"))
-    assert distributed.root.name == "HashAggregate"
-    assert distributed.root.children[0].name == "Coalesce"
-    (stage,) = distributed.stages
-    assert stage.task_count == 2
-    assert stage.plan.name == "HashAggregate"  # the partial runs on the workers
+    # Partial states are shuffled by key to the final aggregate's tasks, both on the workers.
+    assert distributed.root.name == "NetworkCoalesce"
+    partial, final = distributed.stages
+    assert partial.task_count == 2
+    assert final.task_count == 2
+    assert partial.plan.name == "HashAggregate"
+    assert [final.plan.name, final.plan.children[0].name] == ["HashAggregate", "NetworkShuffle"]
 
 
 async def test_a_built_plan_runs_distributed_as_in_one_process() -> None:
@@ -111,8 +114,10 @@ async def test_a_built_plan_runs_distributed_as_in_one_process() -> None:
         result = await coordinator.collect(built())
     assert result.to_pylist() == reference.to_pylist()
     assert reference.to_pylist() == [{"partition": 0, "cnt": 8, "t": 1}]
-    (stage,) = distributed.stages
-    assert (stage.plan.name, stage.task_count) == ("HashAggregate", 2)
+    partial, final = distributed.stages  # partial states shuffled by key to the final's tasks
+    assert (partial.plan.name, partial.task_count) == ("HashAggregate", 2)
+    assert "NetworkShuffle" in [node.name for node in pre_order(final.plan)]
+    assert final.task_count == 2
 
 
 @pytest.mark.parametrize(("tasks", "workers"), [(1, 1), (2, 3), (4, 2), (8, 3)])
@@ -138,17 +143,20 @@ async def test_plain_scan_over_several_tasks_and_workers(tasks: int, workers: in
     }
 
 
-async def test_plans_without_a_boundary_run_on_the_coordinator() -> None:
-    plan = scan(*SEED_ARGS)  # no Coalesce above the leaf: nothing to distribute
-    async with feed_cluster() as (coordinator, _workers):
-        assert not coordinator.plan(plan, 2).stages
+async def test_a_plan_without_an_exchange_still_runs_its_leaves_on_the_workers() -> None:
+    plan = scan(*SEED_ARGS)  # no Coalesce above the leaf: the tasks' outputs are the result
+    async with feed_cluster() as (coordinator, workers):
+        (stage,) = coordinator.plan(plan, 2).stages
         result = await coordinator.collect(plan)
         metrics = coordinator.metrics.latest
     assert result.sort_by([("task", "ascending"), ("partition", "ascending")]).equals(
         scan_rows(*SEED_ARGS)
     )
+    assert stage.task_count == 2
     assert metrics is not None
-    assert not metrics.tasks
+    assert {record.worker_url for record in metrics.tasks.values()} == {
+        worker.location for worker in workers
+    }
 
 
 async def test_the_distributed_plan_display_shows_stages_tasks_and_workers() -> None:

@@ -32,6 +32,7 @@ from flightfeed.plan import (
     open_task_context,
     plan_from,
 )
+from flightfeed.plan.nodes import parquet_scan
 from flightfeed.session import Session
 from flightfeed.testing import start_cluster
 from flightfeed.worker import WorkerConfig
@@ -191,21 +192,23 @@ ORDER BY revenue DESC
 """
 
 
-def q18(tpch_dir: Path) -> ExecutionPlan:
-    """Large volume customers: orders of more than 300 units."""
+def q18(tpch_dir: Path, strategy: str = "broadcast") -> ExecutionPlan:
+    """Large volume customers: orders of more than 300 units. lineitem is read twice, by
+    the subquery's aggregate and by the last join: with `strategy="shuffle"` both joins shuffle
+    their sides by order key, so that join's two sides both come out of shuffles of lineitem."""
     big = (
         scan(tpch_dir, "lineitem", ["l_orderkey", "l_quantity"])
         .aggregate(["l_orderkey"], [agg("sum", col("l_quantity"), name="order_quantity")])
         .filter(call("greater", col("order_quantity"), lit(300.0)))
     )
     orders = scan(tpch_dir, "orders", ["o_orderkey", "o_custkey", "o_orderdate", "o_totalprice"])
-    big_orders = big.join(orders, [("l_orderkey", "o_orderkey")], "right semi")
+    big_orders = big.join(orders, [("l_orderkey", "o_orderkey")], "right semi", strategy=strategy)
     customer = scan(tpch_dir, "customer", ["c_custkey", "c_name"])
     lineitem = scan(tpch_dir, "lineitem", ["l_orderkey", "l_quantity"])
     keys = ["c_name", "c_custkey", "o_orderkey", "o_orderdate", "o_totalprice"]
     return (
         customer.join(big_orders, [("c_custkey", "o_custkey")])
-        .join(lineitem, [("o_orderkey", "l_orderkey")])
+        .join(lineitem, [("o_orderkey", "l_orderkey")], strategy=strategy)
         .aggregate(keys, [agg("sum", col("l_quantity"), name="quantity")])
         .sort(desc("o_totalprice"), "o_orderdate", fetch=100)
         .plan
@@ -261,3 +264,27 @@ async def test_tpch_query_matches_duckdb_on_workers_and_in_one_process(
         distributed = await anyio.to_thread.run_sync(build, tpch_dir)
         assert_same_rows(await coordinator.collect(distributed), expected)
         assert coordinator.plan(distributed, 2).stages  # the scans ran on the workers
+
+
+async def test_q18_with_shuffled_joins_finishes_under_one_batch_buffers(
+    tpch_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shape that deadlocked the reference system under bounded per-partition queues: a
+    join whose two sides both come out of shuffles (of the same table), every stage pipelined
+    and running at once. Here every fan-out buffer holds one batch and Parquet is read in small
+    batches, so producers block on their readers all the time; the query still finishes, with
+    DuckDB's answer, and the explain shows shuffles on both sides of the join on both workers."""
+    monkeypatch.setattr(parquet_scan, "BATCH_ROWS", 4096)  # lineitem: ~150 batches per task
+    expected = await anyio.to_thread.run_sync(duck, tpch_dir, Q18_SQL)
+    plan = await anyio.to_thread.run_sync(q18, tpch_dir, "shuffle")
+    assert_same_rows(await one_process(plan), expected)
+    config = WorkerConfig(parquet_roots=(os.fspath(tpch_dir),), consumer_buffer_batches=1)
+    async with start_cluster(2, config=config) as (coordinator, _):
+        text = await coordinator.explain(plan)
+        with anyio.fail_after(120):
+            assert_same_rows(await coordinator.collect(plan), expected)
+    join = next(line for line in text.splitlines() if "HashJoin(inner, [o_orderkey" in line)
+    assert "partitioned" in join
+    sides = text.split(join)[1].splitlines()[1:3]
+    assert all("NetworkShuffle" in side for side in sides), sides
+    assert "2 tasks (NetworkShuffle: 2 buckets)" in text

@@ -1,6 +1,7 @@
 """Snapshots (snapshots/) of the distributed plan's displays, text for logs and Graphviz DOT
 for drawing, for the seed's feed scan under a built aggregate and sort: the partial on the
-workers' tasks, the rest on the coordinator. Feed ids are random: the text masks them."""
+workers' tasks, its states shuffled by key to the final's tasks, the sort's merge on the
+coordinator. Feed ids are random: the text masks them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from flightfeed.coordinator.stage import DistributedPlan
 from flightfeed.examples.chunk_scan import scan
 from flightfeed.plan import MemoryScan, agg, call, col, desc, lit, plan_from
 
-WORKERS = {(1, 0): "grpc://w1:8000", (1, 1): "grpc://w2:8000"}
+WORKERS = {
+    (1, 0): "grpc://w1:8000",
+    (1, 1): "grpc://w2:8000",
+    (2, 0): "grpc://w1:8000",
+    (2, 1): "grpc://w2:8000",
+}
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 

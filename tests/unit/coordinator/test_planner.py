@@ -13,6 +13,7 @@ from flightfeed.coordinator import (
     Coordinator,
     DistributedPlanner,
     NetworkCoalesce,
+    NetworkShuffle,
     StaticWorkerResolver,
     TaskEstimation,
     TaskEstimator,
@@ -104,9 +105,25 @@ def test_a_leaf_that_cannot_be_split_keeps_its_stage_in_one_task() -> None:
     assert "MemoryScan cannot be split" in stage.note
 
 
-def test_a_node_that_mixes_partitions_keeps_its_stage_in_one_task() -> None:
+def test_a_repartition_over_distributable_leaves_is_a_shuffle_between_stages() -> None:
     plan = Coalesce(Repartition(eight(), Partitioning((col("task"),), 4)))
-    (stage,) = planner().plan(plan, workers=4).stages
+    distributed = planner().plan(plan, workers=4)
+    scans, shuffled = distributed.stages
+    assert kinds(distributed.root) == ["Coalesce", "NetworkCoalesce"]
+    assert kinds(shuffled.plan) == ["NetworkShuffle"]
+    assert shuffled.task_count == 4
+    assert shuffled.partitions_per_task == 1
+    reader = shuffled.plan
+    assert isinstance(reader, NetworkShuffle)
+    assert reader.source.stage_id == scans.stage_id
+    assert reader.consumer_tasks == 4
+    assert "NetworkShuffle: 4 buckets" in shuffled.note
+
+
+def test_a_node_that_mixes_partitions_keeps_its_stage_in_one_task() -> None:
+    table = pa.table([pa.array([9], pa.int64()), pa.array([9], pa.int64())], schema=SCAN_SCHEMA)
+    local = Repartition(MemoryScan.from_table(table, 2), Partitioning((col("task"),), 2))
+    (stage,) = planner().plan(Coalesce(Union([eight(), local])), workers=4).stages
     assert stage.task_count == 1
     assert "Repartition mixes partitions" in stage.note
 

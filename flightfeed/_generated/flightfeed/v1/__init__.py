@@ -47,6 +47,9 @@ __all__ = (
     "NamedPruningMetrics",
     "NamedRatio",
     "NamedTime",
+    "NetworkBroadcastNode",
+    "NetworkCoalesceNode",
+    "NetworkShuffleNode",
     "NoneHead",
     "OutputBatches",
     "OutputBytes",
@@ -70,6 +73,7 @@ __all__ = (
     "SpillCount",
     "SpilledBytes",
     "SpilledRows",
+    "StageInput",
     "StartTimestamp",
     "StreamRange",
     "TableArgument",
@@ -951,6 +955,51 @@ default_message_pool.register_message("flightfeed.v1", "NamedTime", NamedTime)
 
 
 @dataclass(eq=False, repr=False)
+class NetworkBroadcastNode(betterproto2.Message):
+    """
+    Every producer task's whole output, to each of consumer_tasks consumer tasks (one partition).
+    """
+
+    input: "StageInput | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    consumer_tasks: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message("flightfeed.v1", "NetworkBroadcastNode", NetworkBroadcastNode)
+
+
+@dataclass(eq=False, repr=False)
+class NetworkCoalesceNode(betterproto2.Message):
+    """
+    Every partition of every producer task, as one partition.
+    """
+
+    input: "StageInput | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("flightfeed.v1", "NetworkCoalesceNode", NetworkCoalesceNode)
+
+
+@dataclass(eq=False, repr=False)
+class NetworkShuffleNode(betterproto2.Message):
+    """
+    The producer tasks' output hash-partitioned into partitioning.partition_count buckets;
+    consumer task t reads buckets [t*P, (t+1)*P), P = partition_count / consumer_tasks.
+    """
+
+    input: "StageInput | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    partitioning: "Partitioning | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    consumer_tasks: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message("flightfeed.v1", "NetworkShuffleNode", NetworkShuffleNode)
+
+
+@dataclass(eq=False, repr=False)
 class NoneHead(betterproto2.Message):
     """
     The task's own partitions, as they are.
@@ -1301,6 +1350,37 @@ class SpilledRows(betterproto2.Message):
 
 
 default_message_pool.register_message("flightfeed.v1", "SpilledRows", SpilledRows)
+
+
+@dataclass(eq=False, repr=False)
+class StageInput(betterproto2.Message):
+    """
+    --- Network boundaries: a stage's tasks reading another stage's tasks ---
+
+    The stage a network boundary reads: its tasks, where they run, and what they output.
+    """
+
+    query_id: "bytes" = betterproto2.field(1, betterproto2.TYPE_BYTES)
+
+    stage_id: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+    partitions_per_task: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+    """
+    Output partitions of each producer task (NoneHead reads).
+    """
+
+    schema: "bytes" = betterproto2.field(4, betterproto2.TYPE_BYTES)
+    """
+    Arrow IPC serialized schema of the producer stage's output.
+    """
+
+    worker_urls: "list[str]" = betterproto2.field(5, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The worker each producer task runs on, by task number (one entry per task).
+    """
+
+
+default_message_pool.register_message("flightfeed.v1", "StageInput", StageInput)
 
 
 @dataclass(eq=False, repr=False)

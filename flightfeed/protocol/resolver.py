@@ -15,12 +15,9 @@ from types import TracebackType
 import anyio
 
 from .._version import __version__
-from ..protocol import (
-    WORKER_CLIENT_KEEPALIVE,
-    KeepalivePolicy,
-    WorkerChannel,
-    connect_worker,
-)
+from ..flight.keepalive import WORKER_CLIENT_KEEPALIVE, KeepalivePolicy
+from .channel import WorkerChannel
+from .connect import connect_worker
 from .version import check_worker_version
 
 

@@ -11,7 +11,7 @@ from grpclib.const import Status
 
 from .._version import __version__
 from ..errors import ErrorOrigin, FlightfeedError, RemoteError, VersionMismatch
-from ..protocol import WorkerChannel
+from .channel import WorkerChannel
 
 
 async def check_worker_version(

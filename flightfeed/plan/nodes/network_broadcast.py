@@ -1,0 +1,80 @@
+"""NetworkBroadcast: another stage's whole output to every task of this stage.
+
+The small side of a broadcast join: each producer task runs once and its output is copied to
+`consumer_tasks` bounded buffers (the ExecuteTask broadcast head); consumer task t reads copy t
+from every producer task, as one partition. So every task of the join sees every build row,
+and the large side never moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+import pyarrow as pa
+
+from ..._generated.flightfeed.v1 import NetworkBroadcastNode
+from ...errors import ExecutionError, InvalidArgument
+from ..base import ExecutionPlan, PlanNodeBase, TaskContext, expect_children
+from ..codec import DecodeContext, parse_payload
+from ..stage_input import MAX_STAGE_TASKS, Copies, StageInput, read_every_task, stage_reader
+
+
+class NetworkBroadcast(PlanNodeBase):
+    name = "NetworkBroadcast"
+
+    def __init__(self, source: StageInput, consumer_tasks: int = 1) -> None:
+        if not 1 <= consumer_tasks <= MAX_STAGE_TASKS:
+            raise InvalidArgument(
+                f"NetworkBroadcast: consumer tasks must be in [1, {MAX_STAGE_TASKS}],"
+                f" got {consumer_tasks}"
+            )
+        self.source = source
+        self.consumer_tasks = consumer_tasks
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.source.schema
+
+    @property
+    def output_partitions(self) -> int:
+        return 1
+
+    def with_source(self, source: StageInput) -> NetworkBroadcast:
+        return NetworkBroadcast(source, self.consumer_tasks)
+
+    def for_tasks(self, tasks: int) -> NetworkBroadcast:
+        return NetworkBroadcast(self.source, tasks)
+
+    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        if ctx.task_count != self.consumer_tasks or ctx.task_number >= self.consumer_tasks:
+            raise ExecutionError(
+                f"NetworkBroadcast of stage {self.source.stage_id} is read by"
+                f" {self.consumer_tasks} tasks; task {ctx.task_number} of {ctx.task_count}"
+                " has no copy of its own"
+            )
+        reader = stage_reader(ctx, self.name)
+        head = Copies(self.consumer_tasks)
+        copy = range(ctx.task_number, ctx.task_number + 1)
+        async for batch in read_every_task(reader, self.source, head, copy):
+            yield batch
+
+    def __repr__(self) -> str:
+        return f"NetworkBroadcast({self.source}, consumer_tasks={self.consumer_tasks})"
+
+
+class NetworkBroadcastCodec:
+    kinds = (NetworkBroadcast.name,)
+
+    def encode(self, node: ExecutionPlan, /) -> bytes:
+        if not isinstance(node, NetworkBroadcast):
+            raise InvalidArgument(f"NetworkBroadcastCodec cannot encode {node.name}")
+        return bytes(
+            NetworkBroadcastNode(input=node.source.to_proto(), consumer_tasks=node.consumer_tasks)
+        )
+
+    def decode(
+        self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
+    ) -> ExecutionPlan:
+        msg = parse_payload(NetworkBroadcastNode, payload, kind)
+        expect_children(kind, children, 0)
+        return NetworkBroadcast(StageInput.from_proto(msg.input), msg.consumer_tasks)
