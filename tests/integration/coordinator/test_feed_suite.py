@@ -1,0 +1,209 @@
+"""The reference system's work-unit feed suite, one test per case, on two real workers: each
+distributed result is the same plan's result in one process (chunk_scan's feed, whose rows say
+which task and partition made them), and the plan shape is checked where the case is about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import pyarrow as pa
+import pytest
+from helpers.feed_scan import ESTIMATORS, coordinator_session, feed_cluster
+
+from flightfeed.errors import FeedError
+from flightfeed.examples.chunk_scan import SCAN_SCHEMA, scan
+from flightfeed.plan import (
+    Coalesce,
+    ExecutionPlan,
+    MemoryScan,
+    Union,
+    agg,
+    col,
+    collect,
+    open_task_context,
+    plan_from,
+)
+from flightfeed.testing import wait_for_no_tasks
+from flightfeed.testing.feeds import UnitProvider, UnitScanEstimator, unit_scan
+
+pytestmark = pytest.mark.anyio
+
+
+async def one_process(plan: ExecutionPlan) -> pa.Table:
+    async with open_task_context(coordinator_session()) as ctx:
+        return await collect(plan, ctx)
+
+
+def rows(table: pa.Table) -> list[tuple[object, ...]]:
+    return sorted(tuple(row.values()) for row in table.to_pylist())
+
+
+async def check(
+    build: Callable[[], ExecutionPlan], *, expect_rows: int | None = None, estimate: int = 2
+) -> str:
+    """Run `build()` on two workers and in one process (fresh feeds each time): equal rows.
+    Returns the distributed plan's explain text. `estimate`: the tasks UnitScans ask for."""
+    expected = await one_process(build())
+    estimators = {**ESTIMATORS, "UnitScan": UnitScanEstimator(estimate)}
+    async with feed_cluster(task_estimators=estimators) as (coordinator, workers):
+        text = await coordinator.explain(build())
+        with anyio.fail_after(30):
+            got = await coordinator.collect(build())
+        with anyio.fail_after(5):
+            await wait_for_no_tasks(workers)
+    assert rows(got) == rows(expected)
+    if expect_rows is not None:
+        assert got.num_rows == expect_rows
+    return text
+
+
+def tasks_of(text: str, stage: int = 1) -> int:
+    header = next(line for line in text.splitlines() if line.startswith(f"Stage {stage}: "))
+    return int(header.split(": ")[1].split(" task")[0])
+
+
+async def test_single_task() -> None:
+    text = await check(lambda: Coalesce(scan(1, "3,1", "2")), expect_rows=6)
+    assert tasks_of(text) == 1
+
+
+async def test_two_tasks() -> None:
+    text = await check(lambda: Coalesce(scan(2, "3,1", "2", "4", "1,1")), expect_rows=12)
+    assert tasks_of(text) == 2
+
+
+async def test_three_tasks() -> None:
+    # Three tasks asked for, two workers: tasks are placed round-robin, one worker runs two.
+    text = await check(lambda: Coalesce(scan(3, "1", "2", "3", "4", "5", "6")), expect_rows=21)
+    assert tasks_of(text) == 3
+
+
+async def test_empty_feeds() -> None:
+    await check(lambda: Coalesce(scan(2, "", "0", "", "")), expect_rows=0)
+
+
+async def test_union_of_two_feeds() -> None:
+    await check(lambda: Coalesce(Union([scan(2, "3", "1"), scan(2, "2,2", "5")])), expect_rows=13)
+
+
+async def test_triple_union() -> None:
+    def build() -> ExecutionPlan:
+        return Coalesce(Union([scan(1, "1"), scan(2, "2", "3"), scan(2, "4", "0")]))
+
+    await check(build, expect_rows=10)
+
+
+async def test_nested_unions() -> None:
+    def build() -> ExecutionPlan:
+        inner = Union([scan(2, "1", "2"), Union([scan(2, "3", "4"), scan(2, "5", "6")])])
+        return Coalesce(Union([inner, scan(2, "7", "8")]))
+
+    await check(build, expect_rows=36)
+
+
+async def test_union_of_a_feed_with_a_non_feed_input() -> None:
+    table = pa.table(
+        [pa.array([7, 8], pa.int64()), pa.array([9, 9], pa.int64())], schema=SCAN_SCHEMA
+    )
+
+    def build() -> ExecutionPlan:
+        return Coalesce(Union([scan(2, "3", "1"), MemoryScan.from_table(table)]))
+
+    text = await check(build, expect_rows=6)
+    assert tasks_of(text) == 1  # else every task would read the MemoryScan's rows again
+    assert "MemoryScan cannot be split" in text
+
+
+async def test_aggregation_over_a_feed() -> None:
+    def build() -> ExecutionPlan:
+        source = plan_from(scan(2, "3,1", "2", "4", "1,1"))
+        return source.aggregate(["task"], [agg("count", name="n")]).plan
+
+    text = await check(build, expect_rows=2)
+    assert "NetworkShuffle(" in text
+
+
+async def test_aggregation_over_a_union_of_feeds() -> None:
+    def build() -> ExecutionPlan:
+        both = plan_from(scan(2, "3,1", "2")).union(scan(2, "4", "1,1"))
+        return both.aggregate(["partition"], [agg("count", name="n")]).plan
+
+    await check(build, expect_rows=1)
+
+
+async def test_join_of_two_feeds() -> None:
+    def build() -> ExecutionPlan:
+        left = plan_from(scan(2, "3", "2")).select(
+            (col("task"), "l_task"), (col("partition"), "l_part")
+        )
+        right = plan_from(scan(2, "1", "4")).select(
+            (col("task"), "r_task"), (col("partition"), "r_part")
+        )
+        return left.join(right, [("l_task", "r_task")], strategy="shuffle").plan
+
+    text = await check(build, expect_rows=3 * 1 + 2 * 4)
+    assert text.count("NetworkShuffle(") == 2
+
+
+async def test_join_of_a_feed_with_an_aggregated_feed() -> None:
+    def build() -> ExecutionPlan:
+        counts = plan_from(scan(2, "3", "2", "1", "4")).aggregate(
+            [(col("task"), "c_task")], [agg("count", name="n")]
+        )
+        return counts.join(scan(2, "1", "1,1"), [("c_task", "task")]).plan
+
+    await check(build, expect_rows=3)
+
+
+async def test_broadcast_join_over_feeds() -> None:
+    def build() -> ExecutionPlan:
+        small = plan_from(scan(2, "1", "1")).select((col("task"), "s_task"))
+        return small.join(scan(2, "3", "2", "4", "1"), [("s_task", "task")]).plan
+
+    text = await check(build, expect_rows=10)
+    assert "NetworkBroadcast(" in text  # the plan has the broadcast boundary
+
+
+async def test_a_feed_that_waits_delays_the_query_without_corrupting_another_feed() -> None:
+    def build() -> ExecutionPlan:
+        slow = scan(2, "3,3", "2,2", delay=0.02)
+        return Coalesce(Union([slow, scan(2, "5", "7")]))
+
+    await check(build, expect_rows=22)
+
+
+@pytest.mark.parametrize(
+    ("tasks", "feeds"),
+    [(1, 1), (2, 1), (2, 2)],
+    ids=["single-task feed", "distributed feed", "one of two feeds"],
+)
+async def test_an_error_in_a_feed_reaches_the_caller(tasks: int, feeds: int) -> None:
+    failing = UnitProvider([50] * 4, fail_at={3: (7, "cursor expired")})
+    inputs = [unit_scan(failing)] + [unit_scan(UnitProvider([50] * 4))] * (feeds - 1)
+    plan = Coalesce(inputs[0] if feeds == 1 else Union(inputs))
+    async with feed_cluster(
+        task_estimators={**ESTIMATORS, "UnitScan": UnitScanEstimator(tasks)}
+    ) as (
+        coordinator,
+        workers,
+    ):
+        assert tasks_of(await coordinator.explain(plan)) == tasks
+        with anyio.fail_after(10), pytest.raises(FeedError, match="cursor expired"):
+            await coordinator.collect(plan)
+        with anyio.fail_after(5):
+            await wait_for_no_tasks(workers)
+
+
+async def test_a_nested_union_whose_task_budget_exceeds_the_sum_of_its_children() -> None:
+    """The estimator asks for 8 tasks of leaves of 2 partitions each (a budget of 24 tasks for
+    6 partitions): the stage gets what the partitions allow, no task without work, no partition
+    read twice."""
+
+    def build() -> ExecutionPlan:
+        leaves = [unit_scan(UnitProvider([n, n + 1])) for n in (1, 3, 5)]
+        return Coalesce(Union([Union(leaves[:2]), leaves[2]]))
+
+    text = await check(build, expect_rows=1 + 2 + 3 + 4 + 5 + 6, estimate=8)
+    assert tasks_of(text) == 2
