@@ -26,8 +26,9 @@ import anyio.to_thread
 import pyarrow as pa
 from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
 
-from ..errors import Cancelled, NotFound
+from ..errors import Cancelled, InvalidArgument, NotFound
 from ..feeds import FeedRegistry, WorkUnitFeedProvider
+from ..feeds.provider import provider_metrics
 from ..flight.idle_release import DEFAULT_QUIET_SECONDS, release_when_idle
 from ..plan.base import ExecutionPlan, closing
 from ..plan.codec import CodecRegistry, encode_plan
@@ -40,6 +41,7 @@ from ..protocol.resolver import ChannelResolver
 from ..session import Session, SessionStateBuilder
 from .admission import DEFAULT_MAX_CONCURRENT_QUERIES, Admission
 from .display import format_distributed_plan
+from .display_analyze import format_analyzed
 from .display_dot import format_distributed_plan_dot
 from .estimator import EstimatorKey, TaskEstimator, TaskEstimators
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
@@ -232,10 +234,25 @@ class Coordinator:
         return self.planner.plan(plan, workers)
 
     async def explain(
-        self, plan: ExecutionPlan, *, on_workers: bool = False, dot: bool = False
+        self,
+        plan: ExecutionPlan,
+        *,
+        on_workers: bool = False,
+        dot: bool = False,
+        analyze: bool = False,
+        per_task: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> str:
         """The distributed plan with the workers its tasks would run on now (`on_workers`: as
-        `hold` would run it, all of it on the workers), as text or (`dot`) Graphviz DOT."""
+        `hold` would run it, all of it on the workers), as text or (`dot`) Graphviz DOT.
+
+        `analyze`: run the query (its rows are dropped) and show what each node did, summed
+        over each stage's tasks (`per_task`: task by task), with the feeds' latency
+        percentiles and their providers' own metrics (display_analyze.py)."""
+        if analyze:
+            if on_workers or dot:
+                raise InvalidArgument("explain(analyze=True) shows a query run by execute, as text")
+            return await self._analyze(plan, per_task, headers)
         workers = await self.resolver.workers()
         if on_workers:
             distributed = self.planner.plan_on_workers(plan, len(workers))
@@ -245,6 +262,23 @@ class Coordinator:
         if dot:
             return format_distributed_plan_dot(distributed, assignment)
         return format_distributed_plan(distributed, assignment, read_by_caller=on_workers)
+
+    async def _analyze(
+        self, plan: ExecutionPlan, per_task: bool, headers: Mapping[str, str] | None
+    ) -> str:
+        async with self.execute(plan, headers=headers) as stream:
+            async for _ in stream:
+                pass
+        metrics = stream.metrics
+        assert metrics is not None  # (set before the first batch)
+        await metrics.wait_finished()
+        distributed = self.planner.plan(plan, len(await self.resolver.workers()))
+        providers = {
+            feed.id: provider_metrics(provider)
+            for feed in self.planner.feeds_in(plan)
+            if (provider := feed.inner()) is not None
+        }
+        return format_analyzed(distributed, metrics, providers, per_task=per_task)
 
     async def _stream(
         self, plan: ExecutionPlan, query_id: bytes, handle: _Handle, headers: Mapping[str, str]
