@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import NetworkBroadcastNode
 from ...errors import ExecutionError, InvalidArgument
-from ..base import ExecutionPlan, PlanNodeBase, TaskContext, expect_children
+from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..stage_input import MAX_STAGE_TASKS, Copies, StageInput, read_every_task, stage_reader
 
@@ -55,8 +55,10 @@ class NetworkBroadcast(PlanNodeBase):
         reader = stage_reader(ctx, self.name)
         head = Copies(self.consumer_tasks)
         copy = range(ctx.task_number, ctx.task_number + 1)
-        async for batch in read_every_task(reader, self.source, head, copy):
-            yield batch
+        stream = read_every_task(reader, self.source, head, copy)
+        async with closing(stream) as batches:  # closed here, in this task
+            async for batch in batches:
+                yield batch
 
     def __repr__(self) -> str:
         return f"NetworkBroadcast({self.source}, consumer_tasks={self.consumer_tasks})"

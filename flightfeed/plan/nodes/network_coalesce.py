@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import NetworkCoalesceNode
 from ...errors import InvalidArgument
-from ..base import ExecutionPlan, PlanNodeBase, TaskContext, expect_children
+from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..stage_input import OwnPartitions, StageInput, read_every_task, stage_reader
 
@@ -40,8 +40,10 @@ class NetworkCoalesce(PlanNodeBase):
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
         reader = stage_reader(ctx, self.name)
         every = range(self.source.partitions_per_task)
-        async for batch in read_every_task(reader, self.source, OwnPartitions(), every):
-            yield batch
+        stream = read_every_task(reader, self.source, OwnPartitions(), every)
+        async with closing(stream) as batches:  # closed here, in this task
+            async for batch in batches:
+                yield batch
 
     def __repr__(self) -> str:
         source = self.source

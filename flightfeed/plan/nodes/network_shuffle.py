@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import NetworkShuffleNode
 from ...errors import ExecutionError, InvalidArgument, PlanDecodeError
-from ..base import ExecutionPlan, PlanNodeBase, TaskContext, expect_children
+from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr import Expr
 from ..partitioning import Partitioning
@@ -67,8 +67,10 @@ class NetworkShuffle(PlanNodeBase):
         bucket = ctx.task_number * self.output_partitions + partition
         reader = stage_reader(ctx, self.name)
         head = HashBuckets(self.partitioning)
-        async for batch in read_every_task(reader, self.source, head, range(bucket, bucket + 1)):
-            yield batch
+        stream = read_every_task(reader, self.source, head, range(bucket, bucket + 1))
+        async with closing(stream) as batches:  # closed here, in this task
+            async for batch in batches:
+                yield batch
 
     def __repr__(self) -> str:
         return (
