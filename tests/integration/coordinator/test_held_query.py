@@ -117,8 +117,11 @@ async def test_an_unread_query_is_released_after_its_ttl() -> None:
     async with cluster() as (coordinator, workers):
         held = await coordinator.hold(unit_scan(UnitProvider([5, 5])), ttl=0.2)
         with anyio.fail_after(10):
+            # (hold returns once the plans are sent: a worker may not hold its task yet)
+            await held.runtime.metrics.wait_finished()
             await wait_for_no_tasks(workers)
         assert held.released
+        assert held.runtime.metrics.status == "finished"
 
 
 async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:

@@ -379,7 +379,9 @@ async def test_state_gone_when_coordinator_channel_drops() -> None:
             WorkerClient(worker.location) as doomed,
             doomed.open_task(set_plan(scan(2), key)),
         ):
-            await anyio.wait_all_tasks_blocked()
+            with anyio.fail_after(10):
+                while not len(worker.registry):  # the SetPlan is on its way
+                    await worker.registry.changed()
             assert len(worker.registry) == 1
             await doomed.close()
         with anyio.fail_after(10):
