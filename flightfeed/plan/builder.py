@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from ..errors import InvalidArgument
-from .aggregate import AggregateExpr
+from .aggregate import AggregateExpr, agg
 from .base import ExecutionPlan
 from .distribution import HashPartitioned, enforce_distribution, output_hash_keys
 from .expr import Expr, col
@@ -99,12 +99,39 @@ class PlanBuilder:
     def aggregate(
         self, group_by: Sequence[Named] = (), aggregates: Sequence[AggregateExpr] = ()
     ) -> PlanBuilder:
-        """One row per group (one row in all without `group_by`)."""
+        """One row per group (one row in all without `group_by`). `count_distinct(x)` counts
+        the distinct non-null values of x (see `_count_distinct`)."""
         if not group_by and not aggregates:
             raise InvalidArgument("aggregate needs group keys or aggregates")
         keys = [_named(key) for key in group_by]
+        if any(a.function == COUNT_DISTINCT for a in aggregates):
+            return self._count_distinct(keys, aggregates)
         node = HashAggregate(self.plan, keys, list(aggregates), functions=self.functions)
         return self._then(node)
+
+    def _count_distinct(
+        self, keys: list[tuple[Expr, str]], aggregates: Sequence[AggregateExpr]
+    ) -> PlanBuilder:
+        """count(DISTINCT x) per group as two aggregations: group by the keys and x (the
+        distinct pairs, partial and final across a shuffle like any grouping), then count the
+        non-null x per group. No state holds a group's distinct values, so nothing grows with
+        them but the rows of the first aggregation, which distribute."""
+        args = {a.args for a in aggregates}
+        if any(a.function != COUNT_DISTINCT for a in aggregates) or len(args) != 1:
+            raise InvalidArgument(
+                "count_distinct is computed by grouping on its argument: every aggregate of the"
+                " step must be count_distinct of the same one expression (aggregate again for"
+                " the others and join)"
+            )
+        (found,) = args
+        if len(found) != 1:
+            raise InvalidArgument(f"count_distinct takes one argument, got {len(found)}")
+        arg = found[0]
+        names = [name for _, name in keys]
+        value = _fresh_name("distinct_value", names)
+        pairs = self.aggregate([*keys, (arg, value)])
+        counts = [agg("count", col(value), name=a.name) for a in aggregates]
+        return pairs.aggregate(names, counts)
 
     def join(
         self,
@@ -182,6 +209,16 @@ class PlanBuilder:
 
     def __repr__(self) -> str:
         return f"PlanBuilder({self.plan!r})"
+
+
+COUNT_DISTINCT = "count_distinct"
+
+
+def _fresh_name(base: str, taken: Sequence[str]) -> str:
+    name = f"__{base}"
+    while name in taken:
+        name += "_"
+    return name
 
 
 def _named(column: Named) -> tuple[Expr, str]:

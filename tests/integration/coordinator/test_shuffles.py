@@ -23,8 +23,10 @@ from flightfeed.plan import (
     ParquetScan,
     PlanBuilder,
     agg,
+    call,
     col,
     collect,
+    lit,
     open_task_context,
     plan_from,
 )
@@ -153,3 +155,25 @@ async def test_a_shuffled_aggregate_finishes_groups_on_both_workers(tmp_path: Pa
     header, *tasks = stage_lines(text, "HashAggregate(final")[:3]
     assert "2 tasks (NetworkShuffle: 2 buckets)" in header
     assert len({line.split(" on ")[1] for line in tasks}) == 2
+
+
+async def test_count_distinct_groups_twice_across_the_workers(tmp_path: Path) -> None:
+    keys = [k % 7 if k % 13 else None for k in range(3000)]
+    data = write_table(tmp_path, "t", keys, files=4)
+
+    def built() -> ExecutionPlan:
+        # per key, how many of the 50 values of t_row % 50 its rows have
+        return (
+            scan(data)
+            .select("t_key", (call("modulo", col("t_row"), lit(50)), "bucket"))
+            .aggregate(["t_key"], [agg("count_distinct", col("bucket"), name="buckets")])
+            .plan
+        )
+
+    expected = rows(await one_process(built()))
+    async with cluster(tmp_path) as coordinator:
+        text = await coordinator.explain(built())
+        got = rows(await coordinator.collect(built()))
+    assert got == expected
+    assert len(got) == 8  # 7 keys and the null group
+    assert text.count("NetworkShuffle(") == 2  # distinct pairs, then the counts

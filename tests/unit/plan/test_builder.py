@@ -159,3 +159,33 @@ def test_a_sorted_fetch_is_the_first_rows_of_the_total_order(
     connection.register("t", table)
     expected = connection.sql(f"SELECT * FROM t ORDER BY v {order} NULLS LAST, i LIMIT {fetch}")
     assert got.to_pylist() == expected.to_arrow_table().to_pylist()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.none(), st.integers(0, 6)), max_size=60),
+    partitions=st.integers(1, 5),
+)
+def test_count_distinct_per_group_and_overall(values: list[int | None], partitions: int) -> None:
+    table = pa.table(
+        {"g": pa.array([i % 3 for i in range(len(values))], pa.int64()), "v": values},
+        schema=pa.schema([("g", pa.int64()), ("v", pa.int64())]),
+    )
+    connection = duckdb.connect()
+    connection.register("t", table)
+    source = from_table(table, partitions)
+    grouped = source.aggregate(["g"], [agg("count_distinct", col("v"), name="n")])
+    expected = connection.sql("SELECT g, count(DISTINCT v) AS n FROM t GROUP BY g").arrow()
+    assert sorted_rows(answer(grouped)) == sorted_rows(expected.read_all())
+    overall = source.aggregate([], [agg("count_distinct", col("v"), name="n")])
+    assert answer(overall).to_pylist() == [{"n": len({v for v in values if v is not None})}]
+
+
+def test_count_distinct_mixed_with_other_aggregates_is_refused() -> None:
+    source = from_table(ORDERS, 2)
+    with pytest.raises(InvalidArgument, match="every aggregate of the step must be"):
+        source.aggregate(
+            ["cust"], [agg("count_distinct", col("price"), name="n"), agg("count", name="c")]
+        )
+    with pytest.raises(InvalidArgument, match="takes one argument, got 2"):
+        source.aggregate(["cust"], [agg("count_distinct", col("price"), col("o_id"), name="n")])
