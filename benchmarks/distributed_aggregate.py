@@ -5,7 +5,8 @@ in 8 Parquet files of 1M-row row groups, written once into a temporary directory
 
 - flightfeed: `plan_from(ParquetScan).aggregate(["k"], [sum(v), count()])` through an embedded
   Coordinator over `--workers` `flightfeed worker` processes (each with `--parquet-root` on the
-  data): each task scans its row groups and aggregates them partially, the coordinator merges;
+  data): each task scans its row groups and aggregates them partially, the states are shuffled
+  by key to a final aggregate's tasks on the same workers, and the coordinator gathers the groups;
 - reference: the same aggregate with pyarrow.acero in this process (a dataset scan, then
   `Table.group_by`), using every core as Acero does.
 
