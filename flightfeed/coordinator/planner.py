@@ -41,10 +41,13 @@ from ..plan.metrics import unwrap
 from ..plan.nodes import (
     Coalesce,
     HashJoin,
+    IsolatedUnion,
     NetworkBroadcast,
     NetworkCoalesce,
     NetworkShuffle,
     Repartition,
+    TaskSpan,
+    Union,
 )
 from ..plan.partitioning import MAX_PARTITIONS, Partitioning
 from ..plan.stage_input import StageInput
@@ -203,6 +206,28 @@ class DistributedPlanner:
         *,
         single_partition_kinds: frozenset[str] = frozenset(),
     ) -> Stage:
+        plan, tasks, note = self._split(subtree, state, None, single_partition_kinds)
+        isolated = self._isolated(subtree, state, tasks, single_partition_kinds)
+        if isolated is not None:
+            plan, tasks, note = isolated
+        stage_id = len(state.stages) + 1
+        stage = Stage(
+            stage_id,
+            plan,
+            tuple(StageTask(t, self._feed_assignments(plan, t, tasks)) for t in range(tasks)),
+            note=f"{tasks} task{'s' if tasks != 1 else ''} ({note})",
+        )
+        state.stages.append(stage)
+        return stage
+
+    def _split(
+        self,
+        subtree: ExecutionPlan,
+        state: _Planning,
+        cap: int | None,
+        single_partition_kinds: frozenset[str],
+    ) -> tuple[ExecutionPlan, int, str]:
+        """`subtree` as each of T tasks runs it (T at most `cap` if given), T, and why T."""
         leaves: list[_Leaf | _ShuffleLeaf] = []
         whole: list[ExecutionPlan] = []
         blockers: list[str] = []
@@ -227,6 +252,8 @@ class DistributedPlanner:
             else:
                 blockers.append(f"leaf {node.name} cannot be split (every task would read it)")
         counts = [leaf.task_count(state.workers) for leaf in leaves]
+        if cap is not None:
+            counts = [min(count, cap) for count in counts]
         tasks = min(counts, default=1)
         note = ", ".join(f"{leaf.node.name}: {leaf.describe()}" for leaf in leaves)
         note = note or "no leaf that splits into tasks"
@@ -246,25 +273,72 @@ class DistributedPlanner:
             for node in whole:
                 assert isinstance(node, NetworkCoalesce | NetworkBroadcast)
                 scaled[id(node)] = NetworkBroadcast(node.source, tasks)
-        plan = _replace(subtree, scaled) if scaled else subtree
-        stage_id = len(state.stages) + 1
-        stage = Stage(
-            stage_id,
-            plan,
-            tuple(StageTask(t, self._feed_assignments(plan, t, tasks)) for t in range(tasks)),
-            note=f"{tasks} task{'s' if tasks != 1 else ''} ({note})",
+        return (_replace(subtree, scaled) if scaled else subtree), tasks, note
+
+    def _isolated(
+        self,
+        subtree: ExecutionPlan,
+        state: _Planning,
+        tasks: int,
+        single_partition_kinds: frozenset[str],
+    ) -> tuple[ExecutionPlan, int, str] | None:
+        """The stage with its union's inputs on tasks of their own, when that gives it more
+        tasks than `tasks` (what splitting every input alike gives): each input split as a
+        stage of its own, together on at most as many tasks as workers (or inputs)."""
+        chain: list[ExecutionPlan] = []
+        node = unwrap(subtree)
+        while not isinstance(node, Union):
+            if len(node.children) != 1 or node.name in self._mixing | single_partition_kinds:
+                return None
+            chain.append(node)
+            node = unwrap(node.children[0])
+        inputs = [unwrap(child) for child in node.children]
+        if len(inputs) < 2:
+            return None
+        budget = max(state.workers, len(inputs))
+        split = [self._split(i, state, None, single_partition_kinds) for i in inputs]
+        while sum(count for _, count, _ in split) > budget:  # take tasks off the widest input
+            widest = max(range(len(split)), key=lambda i: split[i][1])
+            cap = split[widest][1] - 1  # >= 1: the budget is at least one task per input
+            split[widest] = self._split(inputs[widest], state, cap, single_partition_kinds)
+        total = sum(count for _, count, _ in split)
+        if total <= tasks:
+            return None
+        spans, first = [], 0
+        for _, count, _ in split:
+            spans.append(TaskSpan(first, count))
+            first += count
+        plan: ExecutionPlan = IsolatedUnion([p for p, _, _ in split], spans, total)
+        for above in reversed(chain):
+            plan = above.with_children([plan])
+        note = "union inputs on tasks of their own: " + "; ".join(
+            f"{_span(span)}: {why}" for span, (_, _, why) in zip(spans, split, strict=True)
         )
-        state.stages.append(stage)
-        return stage
+        return plan, total, note
 
     def _feed_assignments(
         self, plan: ExecutionPlan, task: int, tasks: int
     ) -> dict[bytes, FeedAssignment]:
-        """Each feed of the task's plan with the global partitions task `task` owns."""
-        if self._feeds is None:
-            return {}
+        """Each feed of the task's plan with the global partitions task `task` owns (under an
+        IsolatedUnion, only its input's feeds that runs on the task, split its own way)."""
         out: dict[bytes, FeedAssignment] = {}
-        for node, feed in self._feeds.feeds_in(plan):
+        if self._feeds is not None:
+            self._collect_feeds(plan, task, tasks, out)
+        return out
+
+    def _collect_feeds(
+        self, plan: ExecutionPlan, task: int, tasks: int, out: dict[bytes, FeedAssignment]
+    ) -> None:
+        assert self._feeds is not None
+        node = unwrap(plan)
+        if isinstance(node, IsolatedUnion):
+            found = node.owner(task)
+            if found is not None:
+                index, span = found
+                self._collect_feeds(node.children[index], task - span.first, span.count, out)
+            return
+        feed = self._feeds.feed_of(node)
+        if feed is not None:
             provider = feed.inner()
             if provider is None:
                 raise InvalidArgument(
@@ -278,7 +352,8 @@ class DistributedPlanner:
             if known is not None and list(known.partitions) != list(partitions):
                 raise InvalidArgument(f"feed {feed.uuid} appears twice with different partitions")
             out[feed.id] = FeedAssignment(provider, partitions)
-        return out
+        for child in node.children:
+            self._collect_feeds(child, task, tasks, out)
 
 
 def _scale(leaf: _Leaf, tasks: int) -> ExecutionPlan | None:
@@ -295,6 +370,11 @@ def _scale(leaf: _Leaf, tasks: int) -> ExecutionPlan | None:
             f" task must own {total // tasks}"
         )
     return per_task
+
+
+def _span(span: TaskSpan) -> str:
+    last = span.first + span.count - 1
+    return f"task {span.first}" if span.count == 1 else f"tasks {span.first}..{last}"
 
 
 def _inputs_are_shuffles(join: HashJoin, splits: Callable[[ExecutionPlan], bool]) -> bool:

@@ -6,6 +6,7 @@ from .coalesce import Coalesce, CoalesceCodec
 from .filter import Filter, FilterCodec
 from .hash_aggregate import AggregateMode, HashAggregate, HashAggregateCodec
 from .hash_join import HashJoin, HashJoinCodec
+from .isolated_union import IsolatedUnion, IsolatedUnionCodec, TaskSpan
 from .limit import Limit, LimitCodec
 from .memory_scan import MemoryScan, MemoryScanCodec
 from .network_broadcast import NetworkBroadcast, NetworkBroadcastCodec
@@ -31,6 +32,7 @@ BUILTIN_CODECS = (
     NetworkCoalesceCodec(),
     NetworkShuffleCodec(),
     NetworkBroadcastCodec(),
+    IsolatedUnionCodec(),
 )
 """Codecs every session has. ParquetScanCodec is not one: a worker reads files only under the
 roots its operator names (see parquet_scan.py)."""
@@ -42,6 +44,7 @@ __all__ = [
     "Filter",
     "HashAggregate",
     "HashJoin",
+    "IsolatedUnion",
     "Limit",
     "MemoryScan",
     "NetworkBroadcast",
@@ -53,5 +56,6 @@ __all__ = [
     "Repartition",
     "Sort",
     "SortKey",
+    "TaskSpan",
     "Union",
 ]

@@ -103,6 +103,17 @@ async def test_nested_unions() -> None:
     await check(build, expect_rows=36)
 
 
+async def test_a_union_of_single_task_feeds_runs_them_side_by_side() -> None:
+    def build() -> ExecutionPlan:
+        return Coalesce(Union([scan(1, "3", "1"), scan(1, "2,2", "5")]))
+
+    text = await check(build, expect_rows=13)
+    assert tasks_of(text) == 2  # one task each, not both feeds in one
+    assert "IsolatedUnion(tasks=[0, 1])" in text
+    placed = [line for line in text.splitlines() if line.startswith("  task ")]
+    assert len({line.split(" on ")[1].split(",")[0] for line in placed}) == 2  # both workers
+
+
 async def test_union_of_a_feed_with_a_non_feed_input() -> None:
     table = pa.table(
         [pa.array([7, 8], pa.int64()), pa.array([9, 9], pa.int64())], schema=SCAN_SCHEMA
@@ -112,8 +123,10 @@ async def test_union_of_a_feed_with_a_non_feed_input() -> None:
         return Coalesce(Union([scan(2, "3", "1"), MemoryScan.from_table(table)]))
 
     text = await check(build, expect_rows=6)
-    assert tasks_of(text) == 1  # else every task would read the MemoryScan's rows again
-    assert "MemoryScan cannot be split" in text
+    # The MemoryScan cannot be split (every task would read its rows again): it runs on a
+    # task of its own, beside the feed's.
+    assert tasks_of(text) == 2
+    assert "IsolatedUnion(tasks=[0, 1])" in text
 
 
 async def test_aggregation_over_a_feed() -> None:

@@ -27,6 +27,7 @@ from flightfeed.plan import (
     Coalesce,
     ExecutionPlan,
     Filter,
+    HashJoin,
     Limit,
     MemoryScan,
     Partitioning,
@@ -97,12 +98,41 @@ def test_a_feed_leaf_without_an_estimator_runs_as_one_task_with_all_its_partitio
     assert "feed without a task estimation" in stage.note
 
 
-def test_a_leaf_that_cannot_be_split_keeps_its_stage_in_one_task() -> None:
+def one_row() -> MemoryScan:
     table = pa.table([pa.array([9], pa.int64()), pa.array([9], pa.int64())], schema=SCAN_SCHEMA)
-    plan = Coalesce(Union([eight(), MemoryScan.from_table(table)]))
+    return MemoryScan.from_table(table)
+
+
+def build_side(partitions: int = 1) -> MemoryScan:
+    return MemoryScan.from_table(pa.table({"l_task": pa.array([0, 1], pa.int64())}), partitions)
+
+
+def test_a_leaf_that_cannot_be_split_keeps_its_stage_in_one_task() -> None:
+    plan = Coalesce(HashJoin(build_side(), eight(), [("l_task", "task")]))
     (stage,) = planner().plan(plan, workers=4).stages
     assert stage.task_count == 1  # else every task would read the MemoryScan again
     assert "MemoryScan cannot be split" in stage.note
+
+
+def test_a_union_runs_its_inputs_on_tasks_of_their_own() -> None:
+    """The MemoryScan cannot be split, so splitting every input alike gives one task; apart,
+    the feed takes two tasks (of the four workers' budget, less the MemoryScan's one) and the
+    MemoryScan its own, each task declaring only its own input's feed partitions."""
+    plan = Coalesce(Filter(Union([eight(), one_row()]), call("greater", col("task"), lit(-1))))
+    (stage,) = planner().plan(plan, workers=4).stages
+    assert kinds(stage.plan) == ["Filter", "IsolatedUnion", "RemoteScan", "MemoryScan"]
+    assert stage.task_count == 3
+    assert stage.partitions_per_task == 4  # the feed's 8 partitions over its 2 tasks
+    assert "tasks 0..1: RemoteScan" in stage.note
+    assert "task 2: no leaf that splits" in stage.note
+    owned = [[list(a.partitions) for a in task.feeds.values()] for task in stage.tasks]
+    assert owned == [[[0, 1, 2, 3]], [[4, 5, 6, 7]], []]
+
+
+def test_union_inputs_that_fill_the_workers_are_not_set_apart() -> None:
+    (stage,) = planner().plan(Coalesce(Union([eight(), eight()])), workers=4).stages
+    assert kinds(stage.plan)[:1] == ["Union"]  # each input on all 4 tasks already
+    assert stage.task_count == 4
 
 
 def test_a_repartition_over_distributable_leaves_is_a_shuffle_between_stages() -> None:
@@ -121,9 +151,9 @@ def test_a_repartition_over_distributable_leaves_is_a_shuffle_between_stages() -
 
 
 def test_a_node_that_mixes_partitions_keeps_its_stage_in_one_task() -> None:
-    table = pa.table([pa.array([9], pa.int64()), pa.array([9], pa.int64())], schema=SCAN_SCHEMA)
-    local = Repartition(MemoryScan.from_table(table, 2), Partitioning((col("task"),), 2))
-    (stage,) = planner().plan(Coalesce(Union([eight(), local])), workers=4).stages
+    local = Repartition(build_side(2), Partitioning((col("l_task"),), 2))
+    plan = Coalesce(HashJoin(local, eight(), [("l_task", "task")]))
+    (stage,) = planner().plan(plan, workers=4).stages
     assert stage.task_count == 1
     assert "Repartition mixes partitions" in stage.note
 

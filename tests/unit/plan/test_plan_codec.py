@@ -41,6 +41,7 @@ from flightfeed.plan import (
     instrument,
     lit,
 )
+from flightfeed.plan.nodes import IsolatedUnion, TaskSpan
 from flightfeed.session import Session, SessionStateBuilder
 
 from .helpers import run, sample_table, sorted_rows
@@ -74,6 +75,7 @@ def every_node() -> dict[str, ExecutionPlan]:
         ),
         "Limit": Limit(scan(), 5, 3),
         "Union": Union([scan(1), scan(3)]),
+        "IsolatedUnion": IsolatedUnion([scan(3)], [TaskSpan(0, 1)], 1),  # one task: runnable
         "Coalesce": Coalesce(scan(4)),
         "Repartition": Repartition(scan(), Partitioning((col("g"), col("k")), 4)),
         "HashJoin": HashJoin(

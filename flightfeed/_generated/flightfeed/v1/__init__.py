@@ -31,6 +31,7 @@ __all__ = (
     "GetWorkerInfoResponse",
     "HashAggregateNode",
     "HashJoinNode",
+    "IsolatedUnionNode",
     "JoinType",
     "Label",
     "LimitNode",
@@ -670,6 +671,24 @@ class HashJoinNode(betterproto2.Message):
 
 
 default_message_pool.register_message("flightfeed.v1", "HashJoinNode", HashJoinNode)
+
+
+@dataclass(eq=False, repr=False)
+class IsolatedUnionNode(betterproto2.Message):
+    """
+    A union whose inputs run on different tasks of its stage: input i runs on tasks
+    [first_task[i], first_task[i] + task_count[i]) of total_tasks, as if it were a stage of
+    task_count[i] tasks of its own.
+    """
+
+    first_task: "list[int]" = betterproto2.field(1, betterproto2.TYPE_UINT64, repeated=True)
+
+    task_count: "list[int]" = betterproto2.field(2, betterproto2.TYPE_UINT64, repeated=True)
+
+    total_tasks: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message("flightfeed.v1", "IsolatedUnionNode", IsolatedUnionNode)
 
 
 @dataclass(eq=False, repr=False)
