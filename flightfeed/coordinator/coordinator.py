@@ -143,12 +143,14 @@ class Coordinator:
         max_concurrent_queries: int | None = DEFAULT_MAX_CONCURRENT_QUERIES,
         max_queued_queries: int | None = None,
         release_memory_after: float | None = DEFAULT_QUIET_SECONDS,
+        max_tasks_per_stage: int | None = None,
     ) -> None:
         """`max_concurrent_queries` run at once (None: no limit), held ones included; the
         others wait in a queue of at most `max_queued_queries` (None: unbounded), and a query
         arriving at a full queue fails with ResourceExhausted (see admission.py). After
         `release_memory_after` seconds without queries, freed memory goes back to the operating
-        system (flight/idle_release.py; None: never)."""
+        system (flight/idle_release.py; None: never). `max_tasks_per_stage` caps the tasks of
+        every stage (None: as many as the leaves ask for, or the workers)."""
         self.resolver = resolver
         self.session = session if session is not None else SessionStateBuilder().build()
         self.codecs = codecs if codecs is not None else self.session.codecs
@@ -157,7 +159,9 @@ class Coordinator:
         self.feed_registry = feed_registry
         estimators = {ParquetScan: ParquetScanEstimator(), **(task_estimators or {})}
         self.planner = DistributedPlanner(
-            feed_registry=feed_registry, estimators=TaskEstimators(estimators)
+            feed_registry=feed_registry,
+            estimators=TaskEstimators(estimators),
+            max_tasks_per_stage=max_tasks_per_stage,
         )
         self.headers = dict(headers or {})
         self._own_channels = channels is None

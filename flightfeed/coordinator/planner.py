@@ -115,7 +115,15 @@ class DistributedPlanner:
         feed_registry: FeedRegistry | None = None,
         estimators: TaskEstimators | None = None,
         partition_mixing_kinds: Collection[str] = PARTITION_MIXING_KINDS,
+        max_tasks_per_stage: int | None = None,
     ) -> None:
+        """`max_tasks_per_stage` caps every stage's task count (None: the workers and the
+        leaves decide; an estimator's desired count may exceed the workers)."""
+        if max_tasks_per_stage is not None and max_tasks_per_stage < 1:
+            raise InvalidArgument(
+                f"max_tasks_per_stage must be at least 1, got {max_tasks_per_stage}"
+            )
+        self._max_tasks = max_tasks_per_stage
         self._feeds = feed_registry
         self._estimators = estimators or TaskEstimators()
         self._mixing = frozenset(partition_mixing_kinds)
@@ -252,8 +260,9 @@ class DistributedPlanner:
             else:
                 blockers.append(f"leaf {node.name} cannot be split (every task would read it)")
         counts = [leaf.task_count(state.workers) for leaf in leaves]
-        if cap is not None:
-            counts = [min(count, cap) for count in counts]
+        for limit in (cap, self._max_tasks):
+            if limit is not None:
+                counts = [min(count, limit) for count in counts]
         tasks = min(counts, default=1)
         note = ", ".join(f"{leaf.node.name}: {leaf.describe()}" for leaf in leaves)
         note = note or "no leaf that splits into tasks"
@@ -296,6 +305,10 @@ class DistributedPlanner:
         if len(inputs) < 2:
             return None
         budget = max(state.workers, len(inputs))
+        if self._max_tasks is not None:
+            budget = min(budget, self._max_tasks)
+            if budget < len(inputs):
+                return None  # every input needs a task of its own
         split = [self._split(i, state, None, single_partition_kinds) for i in inputs]
         while sum(count for _, count, _ in split) > budget:  # take tasks off the widest input
             widest = max(range(len(split)), key=lambda i: split[i][1])

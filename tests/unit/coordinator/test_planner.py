@@ -191,3 +191,15 @@ async def test_a_distributed_plan_without_workers_fails_clearly() -> None:
         with pytest.raises(NotFound, match="no workers"):
             await coordinator.collect(Coalesce(eight()))
     assert isinstance(planner().plan(Coalesce(eight()), 1).root.children[0], NetworkCoalesce)
+
+
+def test_max_tasks_per_stage_caps_every_stage() -> None:
+    capped = DistributedPlanner(
+        feed_registry=feed_registry(), estimators=TaskEstimators(ESTIMATORS), max_tasks_per_stage=2
+    )
+    plan = Coalesce(Repartition(eight(), Partitioning((col("task"),), 8)))
+    scans, shuffled = capped.plan(plan, workers=4).stages
+    assert (scans.task_count, shuffled.task_count) == (2, 2)
+    assert shuffled.partitions_per_task == 4  # 8 buckets over 2 tasks
+    with pytest.raises(InvalidArgument, match="max_tasks_per_stage must be at least 1"):
+        DistributedPlanner(max_tasks_per_stage=0)
