@@ -177,14 +177,19 @@ class DistributedPlanner:
             state.leaves[key] = found
         return state.leaves[key]
 
-    def _rewrite(self, node: ExecutionPlan, state: _Planning) -> tuple[ExecutionPlan, bool]:
-        """The rewritten node, and whether distributable leaves below still await a stage."""
+    def _rewrite(
+        self, node: ExecutionPlan, state: _Planning, *, alone: bool = True
+    ) -> tuple[ExecutionPlan, bool]:
+        """The rewritten node, and whether distributable leaves below still await a stage.
+        `alone`: the node is its parent's only input (its partition count is nobody else's
+        business: a partitioned join's inputs must keep theirs alike)."""
         node = unwrap(node)
         if not node.children:
             distributable = isinstance(node, NetworkShuffle) or self._leaf(node, state) is not None
             return node, distributable
         originals = [unwrap(child) for child in node.children]
-        rewritten = [self._rewrite(child, state) for child in originals]
+        sole = len(originals) == 1
+        rewritten = [self._rewrite(child, state, alone=sole) for child in originals]
         children = [child for child, _ in rewritten]
         pending = [flag for _, flag in rewritten]
         if isinstance(node, Coalesce) and pending[0]:
@@ -193,7 +198,7 @@ class DistributedPlanner:
         if isinstance(node, Repartition) and pending[0]:
             stage = self._stage(children[0], state)
             return NetworkShuffle(self._input(stage), node.partitioning), True
-        if isinstance(node, Repartition) and id(node) in state.exchanges:
+        if isinstance(node, Repartition) and id(node) in state.exchanges and alone:
             return Coalesce(children[0]), False  # nothing to shuffle across workers
         if isinstance(node, HashJoin) and node.collect_left and pending[0]:
             build = NetworkCoalesce(self._input(self._stage(children[0], state)))

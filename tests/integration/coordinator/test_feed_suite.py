@@ -17,6 +17,7 @@ from flightfeed.examples.chunk_scan import SCAN_SCHEMA, scan
 from flightfeed.plan import (
     Coalesce,
     ExecutionPlan,
+    HashJoin,
     MemoryScan,
     Union,
     agg,
@@ -25,6 +26,7 @@ from flightfeed.plan import (
     open_task_context,
     plan_from,
 )
+from flightfeed.plan.distribution import enforce_distribution
 from flightfeed.testing import wait_for_no_tasks
 from flightfeed.testing.feeds import UnitProvider, UnitScanEstimator, unit_scan
 
@@ -220,3 +222,24 @@ async def test_a_nested_union_whose_task_budget_exceeds_the_sum_of_its_children(
 
     text = await check(build, expect_rows=1 + 2 + 3 + 4 + 5 + 6, estimate=8)
     assert tasks_of(text) == 2
+
+
+async def test_a_hand_built_partitioned_join_of_a_feed_and_a_non_feed_input() -> None:
+    """Built without the exchanges its sides need (in one process, as built, it would join
+    partition i with partition i of inputs not split by key): the planner adds them, a shuffle
+    for the feed and a local repartition for the in-memory side, both with the same partition
+    count. Task 0's 3 rows meet key 0 once, task 1's 7 rows meet key 1 twice."""
+    keys = pa.table({"r_task": pa.array([0, 1, 1, 5], pa.int64())})
+
+    def build() -> ExecutionPlan:
+        memory = MemoryScan.from_table(keys, 4)
+        feed = scan(2, "1", "2", "3", "4")
+        return HashJoin(memory, feed, [("r_task", "task")], "inner", collect_left=False)
+
+    expected = await one_process(enforce_distribution(build()))
+    async with feed_cluster() as (coordinator, _):
+        text = await coordinator.explain(build())
+        got = await coordinator.collect(build())
+    assert rows(got) == rows(expected)
+    assert got.num_rows == 3 + 2 * 7
+    assert "NetworkShuffle(" in text
