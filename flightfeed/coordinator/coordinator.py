@@ -47,7 +47,7 @@ from .estimator import EstimatorKey, TaskEstimator, TaskEstimators
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
 from .metrics import MetricsStore, QueryMetrics, TaskRecord
 from .parquet_estimator import ParquetScanEstimator
-from .planner import DistributedPlanner
+from .planner import DEFAULT_BROADCAST_THRESHOLD_BYTES, DistributedPlanner
 from .query import QueryRuntime, TaskRun
 from .resolver import WorkerResolver
 from .stage import DistributedPlan, placed
@@ -144,13 +144,15 @@ class Coordinator:
         max_queued_queries: int | None = None,
         release_memory_after: float | None = DEFAULT_QUIET_SECONDS,
         max_tasks_per_stage: int | None = None,
+        broadcast_threshold_bytes: int = DEFAULT_BROADCAST_THRESHOLD_BYTES,
     ) -> None:
         """`max_concurrent_queries` run at once (None: no limit), held ones included; the
         others wait in a queue of at most `max_queued_queries` (None: unbounded), and a query
         arriving at a full queue fails with ResourceExhausted (see admission.py). After
         `release_memory_after` seconds without queries, freed memory goes back to the operating
         system (flight/idle_release.py; None: never). `max_tasks_per_stage` caps the tasks of
-        every stage (None: as many as the leaves ask for, or the workers)."""
+        every stage (None: as many as the leaves ask for, or the workers); a partitioned join
+        whose build side is estimated at most `broadcast_threshold_bytes` is broadcast."""
         self.resolver = resolver
         self.session = session if session is not None else SessionStateBuilder().build()
         self.codecs = codecs if codecs is not None else self.session.codecs
@@ -162,6 +164,7 @@ class Coordinator:
             feed_registry=feed_registry,
             estimators=TaskEstimators(estimators),
             max_tasks_per_stage=max_tasks_per_stage,
+            broadcast_threshold_bytes=broadcast_threshold_bytes,
         )
         self.headers = dict(headers or {})
         self._own_channels = channels is None

@@ -2,7 +2,8 @@
 
 First every node gets the input partitioning it needs (plan/distribution.py). With more than one
 worker, an input that must be hash-partitioned gets a Repartition (a shuffle), one that must be
-whole a Coalesce; with one worker, a Coalesce either way.
+whole a Coalesce; with one worker, a Coalesce either way. A partitioned join whose build side the
+leaves estimate small (plan/statistics.py) becomes a broadcast join instead.
 
 A leaf is distributable when its node kind has a TaskEstimator or it holds a registered
 work-unit feed. Walking up from the leaves, an exchange above distributable leaves is a stage
@@ -31,12 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ..errors import InvalidArgument
 from ..feeds import FeedAssignment, FeedRegistry, WorkUnitFeed
 from ..plan.base import ExecutionPlan
 from ..plan.distribution import HashPartitioned, enforce_distribution
+from ..plan.expr import col
 from ..plan.metrics import unwrap
 from ..plan.nodes import (
     Coalesce,
@@ -49,10 +51,16 @@ from ..plan.nodes import (
     TaskSpan,
     Union,
 )
+from ..plan.nodes.hash_join import needs_all_right_rows
 from ..plan.partitioning import MAX_PARTITIONS, Partitioning
 from ..plan.stage_input import StageInput
+from ..plan.statistics import estimated_bytes
 from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
 from .stage import DistributedPlan, Stage, StageTask
+
+DEFAULT_BROADCAST_THRESHOLD_BYTES: Final = 10 * 1024 * 1024
+"""A partitioned join's build side estimated at most this big is broadcast (as Spark's
+autoBroadcastJoinThreshold): copying it to every task beats shuffling the large side."""
 
 PARTITION_MIXING_KINDS: frozenset[str] = frozenset({"Repartition"})
 """Nodes whose output partition depends on more than the same input partition (a partitioned
@@ -116,14 +124,18 @@ class DistributedPlanner:
         estimators: TaskEstimators | None = None,
         partition_mixing_kinds: Collection[str] = PARTITION_MIXING_KINDS,
         max_tasks_per_stage: int | None = None,
+        broadcast_threshold_bytes: int = DEFAULT_BROADCAST_THRESHOLD_BYTES,
     ) -> None:
         """`max_tasks_per_stage` caps every stage's task count (None: the workers and the
-        leaves decide; an estimator's desired count may exceed the workers)."""
+        leaves decide; an estimator's desired count may exceed the workers). A partitioned
+        join whose build (left) side is estimated at no more than `broadcast_threshold_bytes`
+        is broadcast instead (0: never)."""
         if max_tasks_per_stage is not None and max_tasks_per_stage < 1:
             raise InvalidArgument(
                 f"max_tasks_per_stage must be at least 1, got {max_tasks_per_stage}"
             )
         self._max_tasks = max_tasks_per_stage
+        self._broadcast_threshold = broadcast_threshold_bytes
         self._feeds = feed_registry
         self._estimators = estimators or TaskEstimators()
         self._mixing = frozenset(partition_mixing_kinds)
@@ -137,7 +149,10 @@ class DistributedPlanner:
         nodes need (a grouped aggregate over partitions not split by its keys, say)."""
         state = _Planning(workers=max(workers, 1))
         exchange = self._hash_exchange(state) if state.workers > 1 else None
-        root, pending = self._rewrite(enforce_distribution(plan, hash_exchange=exchange), state)
+        enforced = enforce_distribution(plan, hash_exchange=exchange)
+        if state.workers > 1 and self._broadcast_threshold > 0:
+            enforced = broadcast_small_builds(enforced, self._broadcast_threshold)
+        root, pending = self._rewrite(enforced, state)
         if pending:  # distributable leaves with nothing above to cut at: their tasks' outputs
             root = NetworkCoalesce(self._input(self._stage(root, state)))  # are the result
         return DistributedPlan(root, tuple(state.stages))
@@ -390,6 +405,38 @@ def _scale(leaf: _Leaf, tasks: int) -> ExecutionPlan | None:
     return per_task
 
 
+def broadcast_small_builds(plan: ExecutionPlan, threshold: int) -> ExecutionPlan:
+    """`plan` with each partitioned join whose build side is estimated at no more than
+    `threshold` bytes turned into a collect-left (broadcast) join of the same inputs, the hash
+    exchanges on its keys dropped. Join types that must see every right row in one place
+    (left outer, semi, anti; full outer) stay partitioned."""
+    node = unwrap(plan)
+    if not node.children:
+        return node
+    children = [broadcast_small_builds(child, threshold) for child in node.children]
+    if (
+        isinstance(node, HashJoin)
+        and not node.collect_left
+        and not needs_all_right_rows(node.join_type)
+    ):
+        build = estimated_bytes(children[0])
+        if build is not None and build <= threshold:
+            left = _without_exchange(children[0], [key for key, _ in node.on])
+            right = _without_exchange(children[1], [key for _, key in node.on])
+            return HashJoin(left, right, node.on, node.join_type, collect_left=True)
+    if any(new is not old for new, old in zip(children, node.children, strict=True)):
+        return node.with_children(children)
+    return node
+
+
+def _without_exchange(plan: ExecutionPlan, keys: list[str]) -> ExecutionPlan:
+    """The input under a hash exchange on exactly `keys` (there for the partitioned join)."""
+    node = unwrap(plan)
+    if isinstance(node, Repartition) and node.partitioning.hash_keys == tuple(map(col, keys)):
+        return unwrap(node.child)
+    return node
+
+
 def _span(span: TaskSpan) -> str:
     last = span.first + span.count - 1
     return f"task {span.first}" if span.count == 1 else f"tasks {span.first}..{last}"
@@ -437,4 +484,10 @@ def distribute(
     )
 
 
-__all__ = ["PARTITION_MIXING_KINDS", "DistributedPlanner", "distribute"]
+__all__ = [
+    "DEFAULT_BROADCAST_THRESHOLD_BYTES",
+    "PARTITION_MIXING_KINDS",
+    "DistributedPlanner",
+    "broadcast_small_builds",
+    "distribute",
+]

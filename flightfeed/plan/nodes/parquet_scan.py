@@ -59,10 +59,13 @@ class ParquetScan(PlanNodeBase):
         filter: Expr | None = None,
         task_count: int = 1,
         roots: tuple[str, ...] | None = None,
+        estimated_bytes: int | None = None,
     ) -> None:
         """Low-level: `partitions` as laid out (see `from_paths`); `schema` is the output's,
         after projecting `columns` (all of the files' when empty). `roots`: the directories a
-        decoded scan may read (checked again when the files are opened, links resolved)."""
+        decoded scan may read (checked again when the files are opened, links resolved).
+        `estimated_bytes`: what all partitions decode to, before the filter, if known (from the
+        footers; the planner's broadcast decision: it is not sent to workers)."""
         if not partitions:
             raise InvalidArgument("ParquetScan needs at least one partition")
         if task_count < 1 or len(partitions) % task_count:
@@ -77,6 +80,7 @@ class ParquetScan(PlanNodeBase):
         self.filter = filter
         self.task_count = task_count
         self.roots = roots
+        self.estimated_bytes = estimated_bytes
 
     @classmethod
     def from_paths(
@@ -91,11 +95,12 @@ class ParquetScan(PlanNodeBase):
         (default: one per row group, at most DEFAULT_MAX_PARTITIONS). Reads the files'
         footers: in async code, build it on a thread for large datasets."""
         dataset = ds.dataset(paths, format="parquet", filesystem=fs.LocalFileSystem())
-        units = [
-            (fragment.path, group.id)
+        groups = [
+            (fragment.path, group)
             for fragment in dataset.get_fragments()
             for group in fragment.row_groups
         ]
+        units = [(path, group.id) for path, group in groups]
         wanted = partitions if partitions is not None else min(len(units), DEFAULT_MAX_PARTITIONS)
         if wanted < 1:
             if partitions is not None:
@@ -113,7 +118,10 @@ class ParquetScan(PlanNodeBase):
             kind = output_type(filter, dataset.schema, BUILTINS)
             if not pa.types.is_boolean(kind):
                 raise InvalidArgument(f"ParquetScan filter must be boolean, got {kind}")
-        return cls(schema, layout, columns=columns, filter=filter)
+        whole = sum(group.total_byte_size for _, group in groups)
+        share = len(schema) / max(len(dataset.schema), 1)  # the projected columns' share, roughly
+        estimate = int(whole * share)
+        return cls(schema, layout, columns=columns, filter=filter, estimated_bytes=estimate)
 
     @property
     def schema(self) -> pa.Schema:
@@ -132,6 +140,7 @@ class ParquetScan(PlanNodeBase):
             filter=self.filter,
             task_count=task_count,
             roots=self.roots,
+            estimated_bytes=self.estimated_bytes,
         )
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:

@@ -237,7 +237,7 @@ async def test_a_hand_built_partitioned_join_of_a_feed_and_a_non_feed_input() ->
         return HashJoin(memory, feed, [("r_task", "task")], "inner", collect_left=False)
 
     expected = await one_process(enforce_distribution(build()))
-    async with feed_cluster() as (coordinator, _):
+    async with feed_cluster(broadcast_threshold_bytes=0) as (coordinator, _):  # never broadcast
         text = await coordinator.explain(build())
         got = await coordinator.collect(build())
     assert rows(got) == rows(expected)

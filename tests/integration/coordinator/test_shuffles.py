@@ -81,9 +81,13 @@ def rows(table: pa.Table) -> list[tuple[object, ...]]:
 
 
 @asynccontextmanager
-async def cluster(root: Path) -> AsyncIterator[Coordinator]:
+async def cluster(root: Path, broadcast_threshold_bytes: int = 0) -> AsyncIterator[Coordinator]:
+    """Two workers reading `root`; small build sides are not broadcast unless asked (the
+    tables here are all small: the shuffles are the subject)."""
     config = WorkerConfig(parquet_roots=(os.fspath(root),))
-    async with start_cluster(2, config=config) as (coordinator, _):
+    async with start_cluster(
+        2, config=config, broadcast_threshold_bytes=broadcast_threshold_bytes
+    ) as (coordinator, _):
         yield coordinator
 
 
@@ -177,3 +181,31 @@ async def test_count_distinct_groups_twice_across_the_workers(tmp_path: Path) ->
     assert got == expected
     assert len(got) == 8  # 7 keys and the null group
     assert text.count("NetworkShuffle(") == 2  # distinct pairs, then the counts
+
+
+@pytest.mark.parametrize("how", ["inner", "right outer", "right semi", "right anti", "left outer"])
+async def test_a_small_build_side_of_a_shuffled_join_is_broadcast_instead(
+    tmp_path: Path, how: str
+) -> None:
+    """The planner broadcasts a build side its footers say is small, rather than shuffle the
+    large side; a join type that must see every right row in one place stays shuffled."""
+    small, large = (
+        write_table(tmp_path, "s", [1, 2, 2, None, 7]),
+        write_table(tmp_path, "b", [k % 9 if k % 5 else None for k in range(300)], files=4),
+    )
+
+    def built() -> ExecutionPlan:
+        joined = scan(small).join(scan(large), [("s_key", "b_key")], how, strategy="shuffle")
+        return joined.plan
+
+    expected = rows(await one_process(built()))
+    async with cluster(tmp_path, broadcast_threshold_bytes=1 << 20) as coordinator:
+        text = await coordinator.explain(built())
+        got = rows(await coordinator.collect(built()))
+    assert got == expected
+    if how == "left outer":
+        assert text.count("NetworkShuffle(") == 2
+    else:
+        assert "NetworkShuffle(" not in text
+        assert "NetworkBroadcast(" in text
+        assert "collect_left" in text
