@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def result_line(name: str, value: float, unit: str, ratio: float, target: float) -> str:
@@ -81,3 +82,24 @@ def process_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def write_key_value_parquet(
+    root: Path, rows: int, *, files: int, keys: int, row_group: int, seed: int
+) -> None:
+    """`rows` rows of `k` (int64 in [0, keys)) and `v` (double in [0, 1)) over `files` Parquet
+    files of `row_group`-row row groups, written a row group at a time (bounded memory)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([("k", pa.int64()), ("v", pa.float64())])
+    per_file = rows // files
+    for index in range(files):
+        count = per_file if index < files - 1 else rows - per_file * (files - 1)
+        with pq.ParquetWriter(root / f"part-{index}.parquet", schema) as writer:
+            for start in range(0, count, row_group):
+                n = min(row_group, count - start)
+                table = pa.table({"k": rng.integers(0, keys, n), "v": rng.random(n)}, schema=schema)
+                writer.write_table(table, row_group_size=row_group)

@@ -39,10 +39,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-from _common import median, result_line, worker_process_pid
+from _common import median, result_line, worker_process_pid, write_key_value_parquet
 
 from flightfeed.coordinator import Coordinator, StaticWorkerResolver
 from flightfeed.plan import (
@@ -69,22 +67,7 @@ KEEP_BELOW = 1e-6
 
 
 def write_data(root: Path, rows: int) -> None:
-    """FILES Parquet files, written a row group at a time (bounded memory)."""
-    rng = np.random.default_rng(13)
-    schema = pa.schema([("k", pa.int64()), ("v", pa.float64())])
-    per_file = rows // FILES
-    for index in range(FILES):
-        count = per_file if index < FILES - 1 else rows - per_file * (FILES - 1)
-        with pq.ParquetWriter(root / f"part-{index}.parquet", schema) as writer:
-            for start in range(0, count, ROW_GROUP):
-                n = min(ROW_GROUP, count - start)
-                writer.write_table(
-                    pa.table(
-                        {"k": rng.integers(0, KEYS, n), "v": rng.random(n)},
-                        schema=schema,
-                    ),
-                    row_group_size=ROW_GROUP,
-                )
+    write_key_value_parquet(root, rows, files=FILES, keys=KEYS, row_group=ROW_GROUP, seed=13)
 
 
 def query(root: Path) -> ExecutionPlan:

@@ -149,6 +149,16 @@ def stage_reader(ctx: TaskContext, node: str) -> StageReader:
     return reader
 
 
+def check_reader_task(ctx: TaskContext, consumer_tasks: int, node: str) -> None:
+    """ExecutionError unless this task is one of the `consumer_tasks` a network node was planned
+    for: a task of another count could not tell which buckets or copy are its own."""
+    if ctx.task_count != consumer_tasks or ctx.task_number >= consumer_tasks:
+        raise ExecutionError(
+            f"{node} is read by {consumer_tasks} tasks; task {ctx.task_number} of"
+            f" {ctx.task_count} cannot tell which of its outputs are its own"
+        )
+
+
 async def read_every_task(
     reader: StageReader, source: StageInput, head: ReadHead, partitions: range
 ) -> AsyncIterator[pa.RecordBatch]:
@@ -177,6 +187,7 @@ __all__ = [
     "ReadHead",
     "StageInput",
     "StageReader",
+    "check_reader_task",
     "read_every_task",
     "stage_reader",
 ]

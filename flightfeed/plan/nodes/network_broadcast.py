@@ -13,10 +13,17 @@ from collections.abc import AsyncIterator, Sequence
 import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import NetworkBroadcastNode
-from ...errors import ExecutionError, InvalidArgument
+from ...errors import InvalidArgument
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
-from ..stage_input import MAX_STAGE_TASKS, Copies, StageInput, read_every_task, stage_reader
+from ..stage_input import (
+    MAX_STAGE_TASKS,
+    Copies,
+    StageInput,
+    check_reader_task,
+    read_every_task,
+    stage_reader,
+)
 
 
 class NetworkBroadcast(PlanNodeBase):
@@ -46,12 +53,9 @@ class NetworkBroadcast(PlanNodeBase):
         return NetworkBroadcast(self.source, tasks)
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
-        if ctx.task_count != self.consumer_tasks or ctx.task_number >= self.consumer_tasks:
-            raise ExecutionError(
-                f"NetworkBroadcast of stage {self.source.stage_id} is read by"
-                f" {self.consumer_tasks} tasks; task {ctx.task_number} of {ctx.task_count}"
-                " has no copy of its own"
-            )
+        check_reader_task(
+            ctx, self.consumer_tasks, f"NetworkBroadcast of stage {self.source.stage_id}"
+        )
         reader = stage_reader(ctx, self.name)
         head = Copies(self.consumer_tasks)
         copy = range(ctx.task_number, ctx.task_number + 1)

@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator, Sequence
 import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import NetworkShuffleNode
-from ...errors import ExecutionError, InvalidArgument, PlanDecodeError
+from ...errors import InvalidArgument, PlanDecodeError
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr import Expr
 from ..partitioning import Partitioning
-from ..stage_input import HashBuckets, StageInput, read_every_task, stage_reader
+from ..stage_input import HashBuckets, StageInput, check_reader_task, read_every_task, stage_reader
 
 
 class NetworkShuffle(PlanNodeBase):
@@ -58,12 +58,9 @@ class NetworkShuffle(PlanNodeBase):
         return NetworkShuffle(self.source, self.partitioning, tasks)
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
-        if ctx.task_count != self.consumer_tasks or ctx.task_number >= self.consumer_tasks:
-            raise ExecutionError(
-                f"NetworkShuffle of stage {self.source.stage_id} is read by"
-                f" {self.consumer_tasks} tasks; task {ctx.task_number} of {ctx.task_count}"
-                " cannot tell which buckets are its own"
-            )
+        check_reader_task(
+            ctx, self.consumer_tasks, f"NetworkShuffle of stage {self.source.stage_id}"
+        )
         bucket = ctx.task_number * self.output_partitions + partition
         reader = stage_reader(ctx, self.name)
         head = HashBuckets(self.partitioning)
