@@ -8,7 +8,7 @@ from helpers.feed_scan import coordinator_options, feed_session_builder
 from flightfeed import __version__
 from flightfeed.errors import RemoteError
 from flightfeed.examples.chunk_scan import scan, scan_rows
-from flightfeed.plan import Coalesce
+from flightfeed.plan import Coalesce, agg, plan_from
 from flightfeed.protocol import InProcessWorkerChannel, connect_worker
 from flightfeed.testing import start_cluster, start_workers, wait_for_no_tasks
 
@@ -37,3 +37,19 @@ async def test_in_process_worker_answers_worker_info_and_is_gone_once_stopped() 
         assert (await channel.worker_info()).version == __version__
     with pytest.raises(RemoteError, match="no in-process worker at inproc://"):
         await channel.worker_info()
+
+
+async def test_in_process_workers_shuffle_between_each_other() -> None:
+    """A shuffled aggregate: the final's tasks read the partial's over in-process channels, a
+    worker's own task through its handlers."""
+    plan = plan_from(scan(2, "3,1", "2", "4", "1,1")).aggregate(["task"], [agg("count", name="n")])
+    async with start_cluster(
+        2, session_builder=feed_session_builder, in_process=True, **coordinator_options()
+    ) as (coordinator, workers):
+        assert "NetworkShuffle(" in await coordinator.explain(plan.plan)
+        result = await coordinator.collect(plan.plan)
+        await wait_for_no_tasks(workers)
+    assert sorted(result.to_pylist(), key=lambda row: row["task"]) == [
+        {"task": 0, "n": 6},
+        {"task": 1, "n": 6},
+    ]
