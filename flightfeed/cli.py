@@ -4,6 +4,7 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--keepalive SECONDS] [--keepalive-timeout SECONDS]
                   [--handshake-timeout SECONDS] [--max-connections N]
                   [--plan-wait-timeout SECONDS] [--memory-limit SIZE] [--parquet-root DIR]
+                  [--peer URL]
                   [--fanout-claim-timeout SECONDS]
                   [--max-header-list-size BYTES] [--min-receive-rate BYTES_PER_SECOND]
                   [--receive-grace SECONDS] [--idle-timeout SECONDS]
@@ -66,6 +67,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         memory_limit=args.memory_limit,
         fanout_claim_timeout=args.fanout_claim_timeout,
         parquet_roots=tuple(os.path.abspath(root) for root in args.parquet_root),
+        peers=frozenset(args.peer) if args.peer else None,
     )
 
 
@@ -265,6 +267,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="a directory whose Parquet files plans may read (repeatable; default: none, plans"
         " with a ParquetScan are refused)",
+    )
+    worker.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a worker this one's tasks may read from, as the coordinator names it (repeatable;"
+        " default: any worker a plan names)",
     )
     worker.add_argument(
         "--handshake-timeout",

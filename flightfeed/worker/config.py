@@ -42,6 +42,9 @@ class WorkerConfig:
     parquet_roots: directories whose Parquet files plans may read (ParquetScan); empty: none,
         a plan with a ParquetScan is refused. A plan names files: without this, anyone who
         can send one could read any file the worker's user can.
+    peers: the worker URLs its tasks may read other tasks from (NetworkShuffle and co.; its own
+        URL always). None: any worker a plan names. A plan names the peers to connect to:
+        with a list, nobody who can send one can point the worker at another host.
     release_memory_after: seconds without tasks or calls after which the worker hands freed
         memory back to the operating system (a burst's peak would otherwise stay resident;
         None: never).
@@ -63,6 +66,7 @@ class WorkerConfig:
     memory_limit: int | None = field(default_factory=default_memory_limit)
     release_memory_after: float | None = DEFAULT_QUIET_SECONDS
     parquet_roots: tuple[str, ...] = ()
+    peers: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl", "fanout_claim_timeout"):

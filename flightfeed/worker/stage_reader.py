@@ -62,4 +62,10 @@ class WorkerStageReader:
         endpoint = self._state.endpoint
         if url == self._own_url and endpoint is not None:
             return InProcessWorkerChannel(url, endpoint=endpoint)
+        allowed = self._state.config.peers
+        if allowed is not None and url not in allowed:
+            raise InvalidArgument(
+                f"the plan reads a task on {url!r}, not one of this worker's peers"
+                " (WorkerConfig.peers, flightfeed worker --peer)"
+            )
         return await self._state.peers.channel(url)

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from flightfeed.coordinator import Coordinator
+from flightfeed.errors import FlightfeedError
 from flightfeed.plan import (
     ExecutionPlan,
     ParquetScan,
@@ -31,7 +32,7 @@ from flightfeed.plan import (
     plan_from,
 )
 from flightfeed.session import Session
-from flightfeed.testing import start_cluster
+from flightfeed.testing import start_cluster, wait_for_no_tasks
 from flightfeed.worker import WorkerConfig
 
 pytestmark = pytest.mark.anyio
@@ -209,3 +210,21 @@ async def test_a_small_build_side_of_a_shuffled_join_is_broadcast_instead(
         assert "NetworkShuffle(" not in text
         assert "NetworkBroadcast(" in text
         assert "collect_left" in text
+
+
+async def test_a_worker_reads_only_from_its_listed_peers(tmp_path: Path) -> None:
+    """With `peers` set, a worker refuses to connect where a plan points it unless the URL is
+    listed (or its own): the shuffle's read of the other worker fails, clearly, and the
+    workers keep serving a query that needs no peer."""
+    data = write_table(tmp_path, "t", list(range(40)), files=4)
+    config = WorkerConfig(parquet_roots=(os.fspath(tmp_path),), peers=frozenset())
+
+    def shuffled() -> ExecutionPlan:
+        return scan(data).aggregate(["t_key"], [agg("count", name="n")]).plan
+
+    async with start_cluster(2, config=config) as (coordinator, workers):
+        with pytest.raises(FlightfeedError, match="not one of this worker's peers"):
+            await coordinator.collect(shuffled())
+        await wait_for_no_tasks(workers)
+        alone = await coordinator.collect(scan(data).plan)  # no worker reads another
+    assert alone.num_rows == 40
