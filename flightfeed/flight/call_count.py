@@ -17,6 +17,8 @@ class CallCount:
 
     def __init__(self) -> None:
         self._running = 0
+        self.total = 0
+        """Calls started since the server started (for operators and tests)."""
         self._edge: anyio.Event | None = None  # made on first wait: an Event needs a loop
 
     @property
@@ -27,6 +29,7 @@ class CallCount:
         return self._running > 0
 
     def started(self) -> None:
+        self.total += 1
         self._running += 1
         if self._running == 1:
             self._wake()

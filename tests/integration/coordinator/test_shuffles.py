@@ -30,6 +30,7 @@ from flightfeed.plan import (
     lit,
     open_task_context,
     plan_from,
+    pre_order,
 )
 from flightfeed.session import Session
 from flightfeed.testing import start_cluster, wait_for_no_tasks
@@ -228,3 +229,25 @@ async def test_a_worker_reads_only_from_its_listed_peers(tmp_path: Path) -> None
         await wait_for_no_tasks(workers)
         alone = await coordinator.collect(scan(data).plan)  # no worker reads another
     assert alone.num_rows == 40
+
+
+async def test_a_worker_reads_the_tasks_it_hosts_without_the_network(tmp_path: Path) -> None:
+    """One worker runs both sides of a shuffle: its consumer task reads the producer through
+    the worker's own handlers, so the only calls on its port are the coordinator's (a channel
+    per task, and the result read)."""
+    data = write_table(tmp_path, "t", list(range(100)), files=2)
+
+    def shuffled() -> ExecutionPlan:
+        return scan(data).repartition("t_key", partitions=2).plan
+
+    config = WorkerConfig(parquet_roots=(os.fspath(tmp_path),))
+    async with start_cluster(1, config=config) as (coordinator, (worker,)):
+        await coordinator.collect(scan(data).plan)  # connected and version-checked
+        stages = coordinator.plan(shuffled(), 1).stages
+        before = worker.state.calls.total
+        result = await coordinator.collect(shuffled())
+        calls = worker.state.calls.total - before
+    assert result.num_rows == 100
+    assert [stage.task_count for stage in stages] == [1, 1]
+    assert "NetworkShuffle" in [node.name for node in pre_order(stages[1].plan)]
+    assert calls == 2 + 1  # two task channels and the coordinator's ExecuteTask, no other
