@@ -111,7 +111,8 @@ class _Planning:
     leaves: dict[int, _Leaf | None] = field(default_factory=dict)
     exchanges: set[int] = field(default_factory=set)
     """The Repartitions enforce_distribution added (by id): shuffles where their input is
-    distributable, Coalesces where it is not (the cheaper exchange in one process)."""
+    distributable; where it is not, Coalesces (the cheaper exchange in one process) unless a
+    partitioned join needs the partition count kept."""
 
 
 class DistributedPlanner:
