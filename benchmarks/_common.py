@@ -8,7 +8,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 
@@ -103,3 +103,12 @@ def write_key_value_parquet(
                 n = min(row_group, count - start)
                 table = pa.table({"k": rng.integers(0, keys, n), "v": rng.random(n)}, schema=schema)
                 writer.write_table(table, row_group_size=row_group)
+
+
+def parquet_worker_urls(stack: ExitStack, root: Path, count: int) -> list[str]:
+    """`count` `flightfeed worker` processes allowed to read `root`'s Parquet files (closed
+    with `stack`); their URLs."""
+    return [
+        stack.enter_context(worker_process_pid(None, "--parquet-root", str(root)))[0]
+        for _ in range(count)
+    ]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
-from _common import median, result_line, worker_process_pid, write_key_value_parquet
+from _common import median, parquet_worker_urls, result_line, write_key_value_parquet
 
 from flightfeed.coordinator import Coordinator, StaticWorkerResolver
 from flightfeed.plan import ExecutionPlan, ParquetScan, agg, col, plan_from
@@ -84,10 +84,7 @@ def main() -> None:
         started = time.perf_counter()
         write_data(root, rows)
         print(f"{rows:,} rows in {FILES} files written in {time.perf_counter() - started:.1f} s")
-        urls = [
-            stack.enter_context(worker_process_pid(None, "--parquet-root", str(root)))[0]
-            for _ in range(args.workers)
-        ]
+        urls = parquet_worker_urls(stack, root, args.workers)
 
         async def measure() -> tuple[list[float], list[float]]:
             ours: list[float] = []

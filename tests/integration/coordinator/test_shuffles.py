@@ -32,22 +32,12 @@ from flightfeed.plan import (
     plan_from,
     pre_order,
 )
+from flightfeed.plan.nodes.hash_join import JOIN_TYPES
 from flightfeed.session import Session
 from flightfeed.testing import start_cluster, wait_for_no_tasks
 from flightfeed.worker import WorkerConfig
 
 pytestmark = pytest.mark.anyio
-
-JOIN_TYPES = [
-    "inner",
-    "left outer",
-    "right outer",
-    "full outer",
-    "left semi",
-    "left anti",
-    "right semi",
-    "right anti",
-]
 
 
 def write_table(root: Path, name: str, keys: list[int | None], files: int = 2) -> Path:
@@ -104,7 +94,7 @@ LEFT_KEYS = [1, 1, 2, None, 3, 5, 5, 5, None, 8, 9, 10, 11, 1]
 RIGHT_KEYS = [1, 2, 2, None, 4, 5, None, 8, 8, 12, 1, 3]
 
 
-@pytest.mark.parametrize("how", JOIN_TYPES)
+@pytest.mark.parametrize("how", list(JOIN_TYPES))
 async def test_a_shuffled_join_of_every_type_matches_one_process(tmp_path: Path, how: str) -> None:
     left, right = write_table(tmp_path, "l", LEFT_KEYS), write_table(tmp_path, "r", RIGHT_KEYS)
 
