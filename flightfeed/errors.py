@@ -153,6 +153,21 @@ class Unimplemented(FlightfeedError):
     code = "UNIMPLEMENTED"
 
 
+class AlreadyExists(FlightfeedError):
+    """The request would create something that exists already (a table of that name)."""
+
+    status = Status.ALREADY_EXISTS
+    code = "ALREADY_EXISTS"
+
+
+class Conflict(FlightfeedError):
+    """The request was made against a state that has changed since (a stale schema version):
+    read the state again and retry."""
+
+    status = Status.FAILED_PRECONDITION
+    code = "CONFLICT"
+
+
 class RemoteError(FlightfeedError):
     """A failed call that carried no flightfeed error: a foreign server's status, or a lost
     connection (UNAVAILABLE)."""
@@ -185,6 +200,8 @@ ERROR_KINDS: dict[str, type[FlightfeedError]] = {
         Cancelled,
         ResourceExhausted,
         Unimplemented,
+        AlreadyExists,
+        Conflict,
     )
 }
 """Error class by `code`: how a peer's error is rebuilt as the same class."""

@@ -9,6 +9,7 @@ from ..flight.connection_limits import ConnectionLimits
 from ..flight.idle_release import DEFAULT_QUIET_SECONDS
 from ..flight.keepalive import WORKER_SERVER_KEEPALIVE, KeepalivePolicy
 from ..plan.memory import default_memory_limit
+from ..tables.payload import CompressionMode
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,12 @@ class WorkerConfig:
     release_memory_after: seconds without tasks or calls after which the worker hands freed
         memory back to the operating system (a burst's peak would otherwise stay resident;
         None: never).
+    data_dir: where the worker keeps its durable tables (a DuckDB database in it); None: it
+        holds no tables, ":memory:" keeps them in memory only (tests, demos).
+    table_compression: zstd on the table reads' payloads: "auto" while it halves the bytes,
+        "always" or "never".
+    table_purge_interval: seconds between deletions of rows a table's TTL has expired (reads
+        never return them either way).
     """
 
     plan_wait_timeout: float = 10.0
@@ -67,6 +74,9 @@ class WorkerConfig:
     release_memory_after: float | None = DEFAULT_QUIET_SECONDS
     parquet_roots: tuple[str, ...] = ()
     peers: frozenset[str] | None = None
+    data_dir: str | None = None
+    table_compression: CompressionMode = "auto"
+    table_purge_interval: float = 600.0
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl", "fanout_claim_timeout"):
@@ -89,3 +99,7 @@ class WorkerConfig:
             raise ValueError(f"WorkerConfig.parquet_roots must be absolute, got {relative}")
         if self.release_memory_after is not None and not self.release_memory_after > 0:
             raise ValueError("WorkerConfig.release_memory_after must be positive (or None)")
+        if self.table_compression not in ("auto", "always", "never"):
+            raise ValueError("WorkerConfig.table_compression must be auto, always or never")
+        if not self.table_purge_interval > 0:
+            raise ValueError("WorkerConfig.table_purge_interval must be positive")

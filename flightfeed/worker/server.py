@@ -24,6 +24,8 @@ from ..session import (
     as_session_builder,
     load_session_builder,
 )
+from ..tables.engine import TableEngine, purge_expired_rows
+from ..tables.service import RemoteEngineService
 from .config import WorkerConfig
 from .endpoint import WorkerHandlers
 from .registry import TaskRegistry
@@ -71,7 +73,15 @@ class Worker:
         self._in_process = in_process
         self._server = FlightServer(
             WorkerFlightHandler(self.state),
-            services=[WorkerService(self.handlers, TYPED_ERRORS, max_message_size)],
+            services=[
+                WorkerService(self.handlers, TYPED_ERRORS, max_message_size),
+                RemoteEngineService(
+                    self.state.table_engine,
+                    TYPED_ERRORS,
+                    max_message_size,
+                    compression=self.config.table_compression,
+                ),
+            ],
             host=host,
             port=port,
             keepalive=self.config.keepalive,
@@ -93,6 +103,11 @@ class Worker:
     async def __aenter__(self) -> Worker:
         async with AsyncExitStack() as stack:
             stack.push_async_callback(self.state.peers.aclose)
+            if self.config.data_dir is not None:
+                data_dir = self.config.data_dir
+                tables = await TableEngine.open(None if data_dir == ":memory:" else data_dir)
+                stack.push_async_callback(tables.aclose)
+                self.state.tables = tables
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)
             if self._in_process:  # reachable by location from this process only
@@ -105,6 +120,13 @@ class Worker:
                 self.state.location = self._advertised_url or self._server.location
             registry = self.state.registry
             tg.start_soon(registry.reap_idle, name="idle task reaper")
+            if self.state.tables is not None:
+                tg.start_soon(
+                    purge_expired_rows,
+                    self.state.tables,
+                    self.config.table_purge_interval,
+                    name="table TTL purge",
+                )
             if self.config.release_memory_after is not None:
                 # Quiet: no tasks, and no calls either (refused calls never make a task).
                 calls = self.state.calls

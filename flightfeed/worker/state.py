@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import Unimplemented
 from ..flight.call_count import CallCount
 from ..plan.memory import MemoryPool
 from ..plan.nodes import ParquetScanCodec
 from ..protocol.channel import WorkerEndpoint
 from ..protocol.resolver import ChannelResolver
 from ..session import SessionBuilder
+from ..tables.engine import TableEngine
 from .config import WorkerConfig
 from .registry import TaskRegistry
 
@@ -32,9 +34,17 @@ class WorkerState:
     """The worker's own handlers (set when it starts): its tasks read each other through them."""
     peers: ChannelResolver = field(default_factory=lambda: ChannelResolver(check_version=False))
     """Channels to the workers its tasks read from (NetworkShuffle and co.), by URL."""
+    tables: TableEngine | None = None
+    """The worker's durable tables (WorkerConfig.data_dir), open while it serves."""
     parquet_codec: ParquetScanCodec = field(init=False)
     """Decodes ParquetScans of files under WorkerConfig.parquet_roots (of none without)."""
 
     def __post_init__(self) -> None:
         self.memory = MemoryPool(self.config.memory_limit)
         self.parquet_codec = ParquetScanCodec(self.config.parquet_roots)
+
+    def table_engine(self) -> TableEngine:
+        """The worker's tables, or a clear refusal when it keeps none."""
+        if self.tables is None:
+            raise Unimplemented("this worker holds no tables: start it with --data-dir DIR")
+        return self.tables

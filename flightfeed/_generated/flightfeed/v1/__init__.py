@@ -175,6 +175,10 @@ class ErrorCode(betterproto2.Enum):
 
     UNIMPLEMENTED = 13
 
+    ALREADY_EXISTS = 14
+
+    CONFLICT = 15
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -192,6 +196,8 @@ class ErrorCode(betterproto2.Enum):
             11: "ERROR_CODE_INTERNAL",
             12: "ERROR_CODE_UNAUTHENTICATED",
             13: "ERROR_CODE_UNIMPLEMENTED",
+            14: "ERROR_CODE_ALREADY_EXISTS",
+            15: "ERROR_CODE_CONFLICT",
         }
 
     @classmethod
@@ -211,6 +217,8 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_INTERNAL": 11,
             "ERROR_CODE_UNAUTHENTICATED": 12,
             "ERROR_CODE_UNIMPLEMENTED": 13,
+            "ERROR_CODE_ALREADY_EXISTS": 14,
+            "ERROR_CODE_CONFLICT": 15,
         }
 
 

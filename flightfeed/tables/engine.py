@@ -1,0 +1,251 @@
+"""The async face of a worker's tables: every store call on a worker thread, reads streamed
+batch by batch with their remaining predicates applied by Arrow, and reads split into parallel
+row ranges when asked.
+
+Everything the services (remote engine, Flight) and the plan's TableScan need goes through
+`TableEngine`, so their behaviour cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Final, TypeVar
+
+import anyio
+import anyio.to_thread
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidArgument
+from ..plan.expr import Expr, evaluate
+from ..plan.functions import BUILTINS
+from .options import TableOptions
+from .predicate import split_predicates
+from .schema import TableSchema
+from .store import Order, ScanSpec, TableEntry, TableName, TableStore
+
+T = TypeVar("T")
+MAX_BATCH_ROWS: Final = 1 << 20
+DEFAULT_BATCH_ROWS: Final = 65_536
+MAX_READ_PARALLELISM: Final = 16
+
+
+@dataclass(frozen=True)
+class TableRead:
+    """What to read from a table: the columns (None: all), predicates every row must satisfy,
+    a [start, end) time range in milliseconds, an order by timestamp, and how."""
+
+    name: TableName
+    columns: tuple[str, ...] | None = None
+    predicates: tuple[Expr, ...] = ()
+    time_range: tuple[int, int] | None = None
+    order: Order = "none"
+    batch_size: int = DEFAULT_BATCH_ROWS
+    parallelism: int = 1
+
+    def checked(self) -> TableRead:
+        if self.time_range is not None and self.time_range[0] > self.time_range[1]:
+            raise InvalidArgument(f"time range {list(self.time_range)} ends before it starts")
+        if self.batch_size < 1:
+            raise InvalidArgument(f"batch size must be at least 1, got {self.batch_size}")
+        return self
+
+
+class TableEngine:
+    """`engine = await TableEngine.open(data_dir)`; `await engine.aclose()` when done."""
+
+    def __init__(self, store: TableStore) -> None:
+        self.store = store
+
+    @classmethod
+    async def open(cls, data_dir: str | os.PathLike[str] | None) -> TableEngine:
+        return cls(await anyio.to_thread.run_sync(TableStore.open, data_dir))
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self.store.close)
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    # --- metadata ----------------------------------------------------------------------
+
+    def entry(self, name: TableName) -> TableEntry:
+        """From memory: no thread hop."""
+        return self.store.entry(name)
+
+    def tables(self) -> list[TableEntry]:
+        return self.store.tables()
+
+    async def create(
+        self,
+        name: TableName,
+        schema: TableSchema,
+        options: Mapping[str, str] | None = None,
+        *,
+        partition_info: bytes = b"",
+        if_not_exists: bool = False,
+    ) -> TableEntry:
+        parsed = TableOptions.parse(options or {})
+        return await anyio.to_thread.run_sync(
+            lambda: self.store.create(
+                name, schema, parsed, partition_info=partition_info, if_not_exists=if_not_exists
+            )
+        )
+
+    async def drop(self, name: TableName) -> None:
+        await self._run(self.store.drop, name)
+
+    async def alter_schema(
+        self, name: TableName, schema: TableSchema, pre_schema_version: int
+    ) -> TableEntry:
+        return await self._run(self.store.alter_schema, name, schema, pre_schema_version)
+
+    async def alter_options(self, name: TableName, options: Mapping[str, str]) -> TableEntry:
+        return await self._run(self.store.alter_options, name, dict(options))
+
+    async def purge_expired(self) -> int:
+        return await self._run(self.store.purge_expired)
+
+    async def row_count(self, name: TableName) -> int:
+        return await self._run(self.store.row_count, name)
+
+    # --- writes ------------------------------------------------------------------------
+
+    async def write(self, requests: Sequence[tuple[TableName, pa.Table]]) -> int:
+        """All rows of every request, or none (TableWriteError names the one that failed). A
+        write that started finishes even if its caller is cancelled: it is atomic either way."""
+        return await self._run(self.store.write, list(requests))
+
+    async def stage(
+        self, name: TableName, job: str, partition: int, attempt: int, data: pa.Table
+    ) -> int:
+        return await self._run(self.store.stage, name, job, partition, attempt, data)
+
+    async def commit_staged(
+        self,
+        name: TableName,
+        job: str,
+        attempts: Sequence[tuple[int, int]],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        return await anyio.to_thread.run_sync(
+            lambda: self.store.commit_staged(name, job, attempts, overwrite=overwrite)
+        )
+
+    async def abort_staged(self, name: TableName, job: str) -> int:
+        return await self._run(self.store.abort_staged, name, job)
+
+    # --- reads -------------------------------------------------------------------------
+
+    def read_schema(self, read: TableRead) -> pa.Schema:
+        """The schema of what `read` returns."""
+        schema = self.entry(read.name).schema
+        if read.columns is None:
+            return schema.arrow
+        return pa.schema([schema.column(c).field for c in read.columns])
+
+    async def read(self, read: TableRead) -> AsyncIterator[pa.RecordBatch]:
+        """The rows, batch by batch (empty batches skipped)."""
+        read = read.checked()
+        entry = self.entry(read.name)
+        table_schema = entry.schema.arrow
+        split = split_predicates(read.predicates, table_schema)
+        wanted = list(read.columns) if read.columns is not None else entry.schema.names
+        scanned = wanted + sorted(split.columns - set(wanted))
+        batch_size = min(read.batch_size, MAX_BATCH_ROWS)
+        spec = ScanSpec(
+            columns=tuple(scanned),
+            where=split.pushed,
+            time_range=read.time_range,
+            order=read.order,
+            batch_size=batch_size,
+        )
+        out_schema = self.read_schema(read)
+
+        def finish(batch: pa.RecordBatch) -> pa.RecordBatch:
+            for expr in split.remaining:
+                mask = evaluate(expr, batch, BUILTINS)
+                batch = batch.filter(pc.fill_null(mask, False))
+            if batch.num_columns != len(wanted):
+                batch = batch.select(wanted)
+            return batch if batch.schema.equals(out_schema) else batch.cast(out_schema)
+
+        parallelism = max(1, min(read.parallelism, MAX_READ_PARALLELISM))
+        if parallelism == 1 or read.order != "none":
+            slices = [spec]
+        else:
+            top = await self._run(self.store.max_rowid, read.name)
+            bounds = [(top + 1) * i // parallelism for i in range(parallelism + 1)]
+            slices = [
+                replace(spec, rowid_range=(lo, hi))
+                for lo, hi in itertools.pairwise(bounds)
+                if hi > lo
+            ] or [spec]
+        if len(slices) == 1:
+            async for batch in self._scan(read.name, slices[0], finish):
+                yield batch
+            return
+        send, receive = anyio.create_memory_object_stream[pa.RecordBatch](len(slices))
+        async with anyio.create_task_group() as tg:
+            async with send:
+                for one in slices:
+                    tg.start_soon(self._scan_into, read.name, one, finish, send.clone())
+            async with receive:
+                async for batch in receive:
+                    yield batch
+
+    async def _scan_into(
+        self,
+        name: TableName,
+        spec: ScanSpec,
+        finish: Callable[[pa.RecordBatch], pa.RecordBatch],
+        send: anyio.abc.ObjectSendStream[pa.RecordBatch],
+    ) -> None:
+        async with send:
+            async for batch in self._scan(name, spec, finish):
+                await send.send(batch)
+
+    async def _scan(
+        self, name: TableName, spec: ScanSpec, finish: Callable[[pa.RecordBatch], pa.RecordBatch]
+    ) -> AsyncIterator[pa.RecordBatch]:
+        reader = await self._run(self.store.scan, name, spec)
+        try:
+            while True:
+                batch = await self._run(_next_finished, reader, finish)
+                if batch is None:
+                    return
+                if batch.num_rows:
+                    yield batch
+        finally:
+            reader.close()
+
+
+async def purge_expired_rows(engine: TableEngine, interval: float) -> None:
+    """Every `interval` seconds, delete what the tables' TTLs have expired (until cancelled)."""
+    while True:
+        await anyio.sleep(interval)
+        await engine.purge_expired()
+
+
+def _next_finished(
+    reader: pa.RecordBatchReader, finish: Callable[[pa.RecordBatch], pa.RecordBatch]
+) -> pa.RecordBatch | None:
+    """The next batch, filtered and projected, on the thread that read it."""
+    try:
+        batch = reader.read_next_batch()
+    except StopIteration:
+        return None
+    return finish(batch)
+
+
+__all__ = [
+    "DEFAULT_BATCH_ROWS",
+    "MAX_READ_PARALLELISM",
+    "TableEngine",
+    "TableRead",
+    "purge_expired_rows",
+]

@@ -1,0 +1,1 @@
+"""One module per RemoteEngineService RPC (seed 003), over the worker's TableEngine."""

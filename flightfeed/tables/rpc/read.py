@@ -1,0 +1,88 @@
+"""Read: a table's rows, streamed as ArrowPayloads of one IPC stream per batch.
+
+Each response is written as views around the IPC buffer (no protobuf copy of the data), and
+compressed only while that pays (payload.Compressor). An error after the first batch ends
+the stream with a response whose header carries it, as HoraeDB does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Final
+
+import anyio
+import pyarrow as pa
+
+from ..._generated.common import ResponseHeader
+from ..._generated.remote_engine import ReadRequest, ReadResponse
+from ...flight.codec import EncodedMessage, grpc_message
+from ...plan.base import closing
+from ...protowire import encode_varint, field_key, len_field_header
+from ..engine import TableEngine, TableRead
+from ..headers import INTERNAL, error_header
+from ..payload import Compressor, ipc_stream
+from ..requests import deadline_seconds, table_name, table_read
+
+# ReadResponse { header = 1; arrow = 2 }; ArrowPayload { record_batches = 1; compression = 2 }
+_OK_HEADER_FIELD: Final = len_field_header(1, 0)
+_ZSTD_FIELD: Final = field_key(2, 0) + encode_varint(1)
+
+Send = Callable[[EncodedMessage], Awaitable[None]]
+
+
+def read_response(element: pa.Buffer | bytes, compressed: bool) -> EncodedMessage:
+    """A ReadResponse with an ok header and one payload element, as buffer views."""
+    size = len(element)
+    inner_tail = _ZSTD_FIELD if compressed else b""
+    element_field = len_field_header(1, size)
+    payload_size = len(element_field) + size + len(inner_tail)
+    arrow_field = len_field_header(2, payload_size)
+    head = _OK_HEADER_FIELD + arrow_field + element_field
+    parts = (head, element, inner_tail) if inner_tail else (head, element)
+    return grpc_message(parts, len(head) + size + len(inner_tail))
+
+
+async def encoded_batches(
+    batches: AsyncIterator[pa.RecordBatch], compressor: Compressor
+) -> AsyncIterator[EncodedMessage]:
+    """One ReadResponse per batch; IPC writing and compression on a worker thread."""
+    async with closing(batches):
+        async for batch in batches:
+            yield await anyio.to_thread.run_sync(_encode, batch, compressor)
+
+
+def _encode(batch: pa.RecordBatch, compressor: Compressor) -> EncodedMessage:
+    raw = ipc_stream(batch)
+    packed = compressor.compress(raw)
+    return read_response(raw, False) if packed is None else read_response(packed, True)
+
+
+def response_message(response: ReadResponse) -> EncodedMessage:
+    data = bytes(response)
+    return grpc_message((data,), len(data))
+
+
+async def serve_read(
+    engine: TableEngine, request: ReadRequest, send: Send, compressor: Compressor
+) -> None:
+    """Runs the read to its end, its deadline, or its first error (sent as a header)."""
+    read_request = request.read_request
+    options = read_request.opts if read_request is not None else None
+    timeout_ms = options.timeout_ms if options is not None else -1
+    try:
+        with anyio.fail_after(deadline_seconds(timeout_ms)):
+            name = table_name(request.table)
+            read: TableRead = table_read(name, read_request, engine.entry(name).schema)
+            async with closing(encoded_batches(engine.read(read), compressor)) as messages:
+                async for message in messages:
+                    await send(message)
+    except TimeoutError:
+        header = ResponseHeader(code=INTERNAL, error=f"Read timed out after {timeout_ms} ms")
+        await send(response_message(ReadResponse(header=header)))
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception as exc:
+        await send(response_message(ReadResponse(header=error_header(exc, "Read"))))
+
+
+__all__ = ["encoded_batches", "read_response", "response_message", "serve_read"]

@@ -1,0 +1,91 @@
+"""Write and WriteBatch: Arrow row groups into tables, one transaction per request.
+
+A WriteBatch commits every row of every request in it, or none (HoraeDB stops at the first
+failing table and keeps what it wrote before); the header names the request and table that
+failed. Rows decode and validate on a worker thread, each payload element within the
+worker's decode limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import anyio
+import pyarrow as pa
+
+from ..._generated.common import ResponseHeader
+from ..._generated.remote_engine import WriteRequest, WriteResponse
+from ...errors import InvalidArgument
+from ..engine import TableEngine
+from ..headers import OK_HEADER, error_header
+from ..payload import decode_payload
+from ..requests import table_name
+from ..store import TableName, TableWriteError, WriteFailure, write_error
+
+MAX_REQUESTS_PER_BATCH: Final = 4096
+
+
+def decode_rows(request: WriteRequest, max_decoded_bytes: int) -> pa.Table:
+    """A request's rows as one table."""
+    group = request.row_group
+    if group is None:
+        raise InvalidArgument("the write has no row group")
+    if group.contiguous is not None:
+        raise InvalidArgument("ContiguousRows are not supported: send the rows as ArrowPayload")
+    if group.arrow is None:
+        raise InvalidArgument("the row group has no rows")
+    batches = decode_payload(group.arrow, max_decoded_bytes=max_decoded_bytes)
+    if not batches:
+        raise InvalidArgument("the row group's payload holds no record batch")
+    try:
+        return pa.Table.from_batches(batches)
+    except pa.ArrowInvalid as exc:
+        raise InvalidArgument(f"the row group's batches differ in schema: {exc}") from exc
+
+
+def _decode_all(
+    requests: Sequence[WriteRequest], max_decoded_bytes: int
+) -> list[tuple[TableName, pa.Table]]:
+    decoded = []
+    for index, request in enumerate(requests):
+        try:
+            name = table_name(request.table)
+        except InvalidArgument as exc:
+            raise TableWriteError(
+                f"request {index}: {exc.message}", WriteFailure(index, ""), exc
+            ) from exc
+        try:
+            decoded.append((name, decode_rows(request, max_decoded_bytes)))
+        except InvalidArgument as exc:
+            raise write_error(index, name, exc, len(requests)) from exc
+    return decoded
+
+
+def _check_count(requests: Sequence[WriteRequest]) -> None:
+    if len(requests) > MAX_REQUESTS_PER_BATCH:
+        raise InvalidArgument(
+            f"a WriteBatch holds at most {MAX_REQUESTS_PER_BATCH} requests, got {len(requests)}"
+        )
+
+
+async def write(
+    engine: TableEngine, requests: Sequence[WriteRequest], max_decoded_bytes: int
+) -> WriteResponse:
+    """All rows or none; the response says how many, or why not."""
+    what = "Write" if len(requests) == 1 else "WriteBatch"
+    try:
+        _check_count(requests)
+        if not requests:
+            return WriteResponse(header=OK_HEADER, affected_rows=0)
+        decoded = await anyio.to_thread.run_sync(_decode_all, requests, max_decoded_bytes)
+        rows = await engine.write(decoded)
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception as exc:
+        header: ResponseHeader = error_header(exc, what)
+        return WriteResponse(header=header)
+    return WriteResponse(header=OK_HEADER, affected_rows=rows)
+
+
+__all__ = ["MAX_REQUESTS_PER_BATCH", "decode_rows", "write"]

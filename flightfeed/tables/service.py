@@ -1,0 +1,132 @@
+"""HoraeDB's `remote_engine.RemoteEngineService` (seed 003) on the worker's port: each RPC
+adapts its grpclib stream to the module under `rpc/` that implements it.
+
+Requests are received raw and parsed strictly (flight.server.receive_request); a malformed
+or oversized message is a gRPC status, everything about a request's content an error in its
+response's header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import grpclib.const
+import grpclib.server
+from grpclib.const import Cardinality
+
+from .._generated.remote_engine import (
+    AlterTableOptionsRequest,
+    AlterTableOptionsResponse,
+    AlterTableSchemaRequest,
+    AlterTableSchemaResponse,
+    GetTableInfoRequest,
+    GetTableInfoResponse,
+    ReadRequest,
+    WriteBatchRequest,
+    WriteRequest,
+    WriteResponse,
+)
+from ..flight.codec import EncodedMessage
+from ..flight.errors import ErrorMapping
+from ..flight.grpc import RawBytes
+from ..flight.internals import raw_stream
+from ..flight.server import CallContext, receive_request, rpc_boundary
+from ..flight.wire import send_encoded
+from .engine import TableEngine
+from .payload import CompressionMode, Compressor
+from .rpc.alter_table import alter_table_options, alter_table_schema
+from .rpc.read import serve_read
+from .rpc.table_info import get_table_info
+from .rpc.write import write
+
+SERVICE: Final = "/remote_engine.RemoteEngineService/"
+
+
+class RemoteEngineService:
+    """Routes RemoteEngineService RPCs to a worker's tables."""
+
+    def __init__(
+        self,
+        engine: Callable[[], TableEngine],
+        errors: ErrorMapping,
+        max_message_size: int,
+        *,
+        compression: CompressionMode = "auto",
+        max_decoded_bytes: int | None = None,
+    ) -> None:
+        self.engine = engine
+        """The worker's tables, looked up per call: it opens them after building its services,
+        and one without a data directory refuses every call (UNIMPLEMENTED)."""
+        self.errors = errors
+        self.max_message_size = max_message_size
+        self.compression: CompressionMode = compression
+        self.max_decoded_bytes = max_decoded_bytes or 4 * max_message_size
+        """What one payload element of a write may decode to."""
+
+    async def _read(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+        request = await receive_request(stream, ReadRequest, self.max_message_size)
+        engine = self.engine()
+        await stream.send_initial_metadata()
+        h2 = raw_stream(stream)
+
+        async def send(message: EncodedMessage) -> None:
+            await send_encoded(h2, message)
+
+        await serve_read(engine, request, send, Compressor(self.compression))
+
+    async def _write(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+        request = await receive_request(stream, WriteRequest, self.max_message_size)
+        await stream.send_message(await write(self.engine(), [request], self.max_decoded_bytes))
+
+    async def _write_batch(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+        request = await receive_request(stream, WriteBatchRequest, self.max_message_size)
+        await stream.send_message(await write(self.engine(), request.batch, self.max_decoded_bytes))
+
+    async def _get_table_info(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        request = await receive_request(stream, GetTableInfoRequest, self.max_message_size)
+        await stream.send_message(get_table_info(self.engine(), request))
+
+    async def _alter_table_schema(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        request = await receive_request(stream, AlterTableSchemaRequest, self.max_message_size)
+        await stream.send_message(await alter_table_schema(self.engine(), request))
+
+    async def _alter_table_options(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        request = await receive_request(stream, AlterTableOptionsRequest, self.max_message_size)
+        await stream.send_message(await alter_table_options(self.engine(), request))
+
+    def _handler(
+        self, body: Any, cardinality: Cardinality, request: type, reply: type
+    ) -> grpclib.const.Handler:
+        return grpclib.const.Handler(rpc_boundary(body, self.errors), cardinality, request, reply)
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        unary, stream = Cardinality.UNARY_UNARY, Cardinality.UNARY_STREAM
+        return {
+            SERVICE + "Read": self._handler(self._read, stream, ReadRequest, RawBytes),
+            SERVICE + "Write": self._handler(self._write, unary, WriteRequest, WriteResponse),
+            SERVICE + "WriteBatch": self._handler(
+                self._write_batch, unary, WriteBatchRequest, WriteResponse
+            ),
+            SERVICE + "GetTableInfo": self._handler(
+                self._get_table_info, unary, GetTableInfoRequest, GetTableInfoResponse
+            ),
+            SERVICE + "AlterTableSchema": self._handler(
+                self._alter_table_schema, unary, AlterTableSchemaRequest, AlterTableSchemaResponse
+            ),
+            SERVICE + "AlterTableOptions": self._handler(
+                self._alter_table_options,
+                unary,
+                AlterTableOptionsRequest,
+                AlterTableOptionsResponse,
+            ),
+        }
+
+
+__all__ = ["SERVICE", "RemoteEngineService"]

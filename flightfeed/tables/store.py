@@ -1,0 +1,615 @@
+"""A worker's durable tables in one embedded DuckDB database: the blocking half of the tables
+layer. Every method runs on a worker thread (`engine.py` puts it there); none is async.
+
+DuckDB gives what a table needs without a storage format of our own: ACID transactions with a
+write-ahead log (a commit survives `kill -9`), Arrow in and out without row-by-row conversion,
+and zone maps that skip what a time range or predicate rules out. Each table is a DuckDB table
+`t_<id>`; what DuckDB does not know (the HoraeDB schema with column ids and version, options,
+partition info) lives in `flightfeed_tables`, written in the same transaction as the change it
+describes, so a crash never leaves the two apart.
+
+Writes take one lock (DuckDB would refuse concurrent upserts of the same rows anyway); reads
+run concurrently on cursors of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
+
+import duckdb
+import pyarrow as pa
+
+from .._generated.schema import TableSchema as TableSchemaProto
+from ..errors import AlreadyExists, Conflict, FlightfeedError, InvalidArgument, NotFound
+from .options import TableOptions
+from .schema import MAX_NAME_BYTES, TableSchema
+
+DATABASE_FILE: Final = "tables.duckdb"
+DEFAULT_CATALOG: Final = "flightfeed"
+DEFAULT_SCHEMA: Final = "public"
+ENGINE: Final = "DuckDB"
+_META: Final = "flightfeed_tables"
+_STAGE_COLUMNS: Final = ("__ff_job", "__ff_partition", "__ff_attempt")
+
+Order = Literal["none", "asc", "desc"]
+
+
+@dataclass(frozen=True, order=True)
+class TableName:
+    """A table's identifier: HoraeDB's (catalog, schema, table); empty parts mean the defaults."""
+
+    table: str
+    catalog: str = DEFAULT_CATALOG
+    schema: str = DEFAULT_SCHEMA
+
+    @classmethod
+    def of(cls, table: str, catalog: str = "", schema: str = "") -> TableName:
+        name = cls(table, catalog or DEFAULT_CATALOG, schema or DEFAULT_SCHEMA)
+        for part in (name.table, name.catalog, name.schema):
+            if not part or len(part.encode()) > MAX_NAME_BYTES or "\x00" in part:
+                raise InvalidArgument(f"bad table name part {part!r} (1 to {MAX_NAME_BYTES} bytes)")
+        return name
+
+    def __str__(self) -> str:
+        return f"{self.catalog}.{self.schema}.{self.table}"
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """What the store knows of a table."""
+
+    name: TableName
+    id: int
+    schema: TableSchema
+    options: TableOptions
+    partition_info: bytes = b""
+    """A `cluster.PartitionInfo`, encoded, when the table is one partition of a larger one."""
+
+    @property
+    def physical(self) -> str:
+        return f"t_{self.id}"
+
+    @property
+    def staging(self) -> str:
+        return f"s_{self.id}"
+
+
+@dataclass(frozen=True)
+class SqlPredicate:
+    """A condition DuckDB evaluates: SQL text with `?` placeholders and their values."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    columns: tuple[str, ...] | None = None
+    """Projected columns in this order; None: all."""
+    where: tuple[SqlPredicate, ...] = ()
+    time_range: tuple[int, int] | None = None
+    """[start, end) in milliseconds."""
+    order: Order = "none"
+    batch_size: int = 65_536
+    rowid_range: tuple[int, int] | None = None
+    """Only rows whose rowid is in [lo, hi): one of several parallel slices of a read."""
+
+
+@dataclass(frozen=True)
+class WriteFailure:
+    """Which request of a write failed: a WriteBatch names it, and wrote nothing."""
+
+    index: int
+    table: str
+
+
+class TableWriteError(InvalidArgument):
+    """A write that committed nothing, naming the request and table that failed."""
+
+    def __init__(self, message: str, failure: WriteFailure, cause: FlightfeedError) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.cause = cause
+        self.status = cause.status  # type: ignore[misc]  # the cause's kind, per instance
+
+
+@dataclass(eq=False)
+class TableStore:
+    """`TableStore.open(data_dir)`; `None` keeps everything in memory (for tests)."""
+
+    connection: duckdb.DuckDBPyConnection
+    path: str | None
+    _entries: dict[TableName, TableEntry] = field(default_factory=dict)
+    _write_lock: threading.Lock = field(default_factory=threading.Lock)
+    _meta_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def open(cls, data_dir: str | os.PathLike[str] | None) -> TableStore:
+        """Open (or create) the database; blocking."""
+        path = None
+        if data_dir is not None:
+            os.makedirs(data_dir, exist_ok=True)
+            path = os.path.join(os.fspath(data_dir), DATABASE_FILE)
+        connection = duckdb.connect(path if path is not None else ":memory:")
+        store = cls(connection, path)
+        store._load()
+        return store
+
+    def close(self) -> None:
+        self.connection.close()
+
+    # --- metadata -----------------------------------------------------------------------
+
+    def _load(self) -> None:
+        self.connection.execute(
+            f"CREATE TABLE IF NOT EXISTS {_META} ("
+            " id UBIGINT PRIMARY KEY, catalog VARCHAR NOT NULL, schema_name VARCHAR NOT NULL,"
+            " name VARCHAR NOT NULL, table_schema BLOB NOT NULL, options JSON NOT NULL,"
+            " partition_info BLOB NOT NULL, UNIQUE (catalog, schema_name, name))"
+        )
+        rows = self.connection.execute(
+            f"SELECT id, catalog, schema_name, name, table_schema, options, partition_info"
+            f" FROM {_META}"
+        ).fetchall()
+        for table_id, catalog, schema_name, name, schema_bytes, options, partition in rows:
+            key = TableName(name, catalog, schema_name)
+            self._entries[key] = TableEntry(
+                key,
+                table_id,
+                TableSchema.from_proto(TableSchemaProto.parse(schema_bytes)),
+                TableOptions.parse(json.loads(options)),
+                bytes(partition),
+            )
+
+    def tables(self) -> list[TableEntry]:
+        with self._meta_lock:
+            return sorted(self._entries.values(), key=lambda e: e.name)
+
+    def entry(self, name: TableName) -> TableEntry:
+        with self._meta_lock:
+            found = self._entries.get(name)
+        if found is None:
+            raise NotFound(f"no table {name}")
+        return found
+
+    def _publish(self, entry: TableEntry) -> None:
+        with self._meta_lock:
+            self._entries[entry.name] = entry
+
+    def _save_entry(self, cur: duckdb.DuckDBPyConnection, entry: TableEntry) -> None:
+        cur.execute(
+            f"INSERT INTO {_META} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+            " table_schema = excluded.table_schema, options = excluded.options,"
+            " partition_info = excluded.partition_info",
+            [
+                entry.id,
+                entry.name.catalog,
+                entry.name.schema,
+                entry.name.table,
+                bytes(entry.schema.to_proto()),
+                json.dumps(entry.options.as_strings()),
+                entry.partition_info,
+            ],
+        )
+
+    def create(
+        self,
+        name: TableName,
+        schema: TableSchema,
+        options: TableOptions | None = None,
+        *,
+        partition_info: bytes = b"",
+        if_not_exists: bool = False,
+    ) -> TableEntry:
+        options = options or TableOptions()
+        with self._write_lock:
+            with self._meta_lock:
+                existing = self._entries.get(name)
+                next_id = max((e.id for e in self._entries.values()), default=0) + 1
+            if existing is not None:
+                if if_not_exists and existing.schema.names == schema.names:
+                    return existing
+                raise AlreadyExists(f"table {name} exists already")
+            entry = TableEntry(name, next_id, replace(schema, version=1), options, partition_info)
+            with _transaction(self.connection.cursor()) as cur:
+                cur.execute(_create_sql(entry.physical, entry.schema, options))
+                cur.execute(_create_sql(entry.staging, entry.schema, None, staging=True))
+                self._save_entry(cur, entry)
+            self._publish(entry)
+            return entry
+
+    def drop(self, name: TableName) -> None:
+        with self._write_lock:
+            entry = self.entry(name)
+            with _transaction(self.connection.cursor()) as cur:
+                cur.execute(f"DROP TABLE {entry.physical}")
+                cur.execute(f"DROP TABLE {entry.staging}")
+                cur.execute(f"DELETE FROM {_META} WHERE id = ?", [entry.id])
+            with self._meta_lock:
+                del self._entries[name]
+
+    def alter_schema(
+        self, name: TableName, schema: TableSchema, pre_schema_version: int
+    ) -> TableEntry:
+        """Adds the columns `schema` has beyond the table's; every existing column must stay as
+        it is. Refused when the table's version is no longer `pre_schema_version`."""
+        with self._write_lock:
+            entry = self.entry(name)
+            current = entry.schema
+            if pre_schema_version != current.version:
+                raise Conflict(
+                    f"table {name} is at schema version {current.version}, the alteration was"
+                    f" made against version {pre_schema_version}: read the table info again"
+                )
+            added = _added_columns(current, schema)
+            if not added:
+                return entry
+            altered = replace(entry, schema=current.with_added(added))
+            with _transaction(self.connection.cursor()) as cur:
+                for column in altered.schema.columns[len(current.columns) :]:
+                    for table in (entry.physical, entry.staging):
+                        cur.execute(
+                            f"ALTER TABLE {table} ADD COLUMN {_quote(column.name)}"
+                            f" {column.type.duckdb}"
+                        )
+                self._save_entry(cur, altered)
+            self._publish(altered)
+            return altered
+
+    def alter_options(self, name: TableName, options: dict[str, str]) -> TableEntry:
+        with self._write_lock:
+            entry = self.entry(name)
+            altered = replace(entry, options=TableOptions.parse(options, entry.options))
+            with _transaction(self.connection.cursor()) as cur:
+                self._save_entry(cur, altered)
+                _purge(cur, altered)
+            self._publish(altered)
+            return altered
+
+    def purge_expired(self) -> int:
+        """Deletes the rows every table's TTL has expired; returns how many."""
+        deleted = 0
+        with self._write_lock:
+            for entry in self.tables():
+                if entry.options.ttl_ms is not None:
+                    with _transaction(self.connection.cursor()) as cur:
+                        deleted += _purge(cur, entry)
+        return deleted
+
+    # --- writes ------------------------------------------------------------------------
+
+    def write(self, requests: Sequence[tuple[TableName, pa.Table]]) -> int:
+        """Appends (or upserts, in OVERWRITE mode) each table's rows, all in one transaction:
+        every row or none. Returns the rows written."""
+        with self._write_lock, _transaction(self.connection.cursor()) as cur:
+            total = 0
+            for index, (name, data) in enumerate(requests):
+                try:
+                    entry = self.entry(name)
+                    total += _insert(cur, entry, entry.physical, _conform(entry.schema, data))
+                except FlightfeedError as exc:
+                    raise write_error(index, name, exc, len(requests)) from exc
+                except duckdb.Error as exc:
+                    raise write_error(index, name, _duckdb_error(exc), len(requests)) from exc
+            return total
+
+    def stage(self, name: TableName, job: str, partition: int, attempt: int, data: pa.Table) -> int:
+        """A Spark task attempt's rows, kept aside until its job commits or aborts."""
+        entry = self.entry(name)
+        rows = _conform(entry.schema, data)
+        tags = (pa.scalar(job), pa.scalar(partition, pa.int32()), pa.scalar(attempt, pa.int64()))
+        tagged = rows
+        for column, value in zip(_STAGE_COLUMNS, tags, strict=True):
+            tagged = tagged.append_column(column, pa.repeat(value, len(rows)))
+        with self._write_lock, _transaction(self.connection.cursor()) as cur:
+            cur.register("incoming", tagged)
+            try:
+                cur.execute(f"INSERT INTO {entry.staging} BY NAME SELECT * FROM incoming")
+            except duckdb.Error as exc:
+                raise _duckdb_error(exc) from exc
+            finally:
+                cur.unregister("incoming")
+        return len(rows)
+
+    def commit_staged(
+        self,
+        name: TableName,
+        job: str,
+        attempts: Sequence[tuple[int, int]],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """Publishes exactly the rows of the committed (partition, attempt)s of `job` (all of
+        the table's rows replaced, with `overwrite`) and discards the job's staging, in one
+        transaction. Returns the rows published."""
+        entry = self.entry(name)
+        with self._write_lock, _transaction(self.connection.cursor()) as cur:
+            if overwrite:
+                cur.execute(f"DELETE FROM {entry.physical}")
+            chosen = pa.table(
+                {
+                    "p": pa.array([p for p, _ in attempts], pa.int32()),
+                    "a": pa.array([a for _, a in attempts], pa.int64()),
+                }
+            )
+            cur.register("committed", chosen)
+            columns = ", ".join(_quote(c) for c in entry.schema.names)
+            source = (
+                f"SELECT {columns} FROM {entry.staging} s JOIN committed c"
+                f" ON s.__ff_partition = c.p AND s.__ff_attempt = c.a WHERE s.__ff_job = ?"
+            )
+            try:
+                published = _insert_from(cur, entry, entry.physical, source, (job,))
+            except duckdb.Error as exc:
+                raise _duckdb_error(exc) from exc
+            finally:
+                cur.unregister("committed")
+            cur.execute(f"DELETE FROM {entry.staging} WHERE __ff_job = ?", [job])
+            return published
+
+    def abort_staged(self, name: TableName, job: str) -> int:
+        entry = self.entry(name)
+        with self._write_lock, _transaction(self.connection.cursor()) as cur:
+            row = cur.execute(
+                f"DELETE FROM {entry.staging} WHERE __ff_job = ? RETURNING 1", [job]
+            ).fetchall()
+            return len(row)
+
+    # --- reads -------------------------------------------------------------------------
+
+    def scan(self, name: TableName, spec: ScanSpec) -> pa.RecordBatchReader:
+        """The rows `spec` selects, streamed (the reader keeps its own cursor)."""
+        entry = self.entry(name)
+        sql, params = scan_sql(entry, spec, now_ms=_now_ms())
+        cur = self.connection.cursor()
+        try:
+            result = cur.execute(sql, params)
+            reader = result.to_arrow_reader(spec.batch_size)
+        except duckdb.Error as exc:
+            cur.close()
+            raise _duckdb_error(exc) from exc
+        return _CursorReader.wrap(reader, cur)
+
+    def row_count(self, name: TableName) -> int:
+        entry = self.entry(name)
+        sql, params = scan_sql(entry, ScanSpec(columns=()), now_ms=_now_ms())
+        cur = self.connection.cursor()
+        try:
+            (count,) = cur.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()  # type: ignore[misc]
+            return int(count)
+        finally:
+            cur.close()
+
+    def max_rowid(self, name: TableName) -> int:
+        entry = self.entry(name)
+        cur = self.connection.cursor()
+        try:
+            (top,) = cur.execute(f"SELECT max(rowid) FROM {entry.physical}").fetchone()  # type: ignore[misc]
+            return -1 if top is None else int(top)
+        finally:
+            cur.close()
+
+
+class _CursorReader:
+    """Keeps a scan's cursor open exactly as long as its reader."""
+
+    @staticmethod
+    def wrap(reader: pa.RecordBatchReader, cur: duckdb.DuckDBPyConnection) -> pa.RecordBatchReader:
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                yield from reader
+            finally:
+                cur.close()
+
+        return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
+def scan_sql(entry: TableEntry, spec: ScanSpec, *, now_ms: int) -> tuple[str, list[Any]]:
+    """The SELECT a scan runs, and its parameters."""
+    schema = entry.schema
+    if spec.columns is None:
+        columns = schema.names
+    else:
+        for name in spec.columns:
+            schema.column(name)  # a clear error for a column the table does not have
+        columns = list(spec.columns)
+    shown = ", ".join(_quote(c) for c in columns) if columns else "NULL AS __ff_none"
+    where: list[str] = []
+    params: list[Any] = []
+    ts = _quote(schema.timestamp)
+    if spec.time_range is not None:
+        where.append(f"{ts} >= epoch_ms(?::BIGINT) AND {ts} < epoch_ms(?::BIGINT)")
+        params.extend(spec.time_range)
+    if entry.options.ttl_ms is not None:
+        where.append(f"{ts} >= epoch_ms(?::BIGINT)")
+        params.append(now_ms - entry.options.ttl_ms)
+    if spec.rowid_range is not None:
+        where.append("rowid >= ? AND rowid < ?")
+        params.extend(spec.rowid_range)
+    for predicate in spec.where:
+        where.append(f"({predicate.sql})")
+        params.extend(predicate.params)
+    sql = f"SELECT {shown} FROM {entry.physical}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    if spec.order != "none":
+        sql += f" ORDER BY {ts} {spec.order.upper()}"
+    return sql, params
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _create_sql(
+    table: str, schema: TableSchema, options: TableOptions | None, *, staging: bool = False
+) -> str:
+    columns = [
+        f"{_quote(c.name)} {c.type.duckdb}{'' if c.nullable else ' NOT NULL'}"
+        for c in schema.columns
+    ]
+    if staging:
+        columns += [
+            f"{_STAGE_COLUMNS[0]} VARCHAR NOT NULL",
+            f"{_STAGE_COLUMNS[1]} INTEGER NOT NULL",
+            f"{_STAGE_COLUMNS[2]} BIGINT NOT NULL",
+        ]
+    elif options is not None and options.update_mode == "OVERWRITE":
+        columns.append(f"PRIMARY KEY ({', '.join(_quote(c) for c in schema.primary_key)})")
+    return f"CREATE TABLE {table} ({', '.join(columns)})"
+
+
+def _added_columns(current: TableSchema, wanted: TableSchema) -> list[Any]:
+    """The columns of `wanted` after the table's own, which must come first, unchanged."""
+    have = current.columns
+    if len(wanted.columns) < len(have):
+        raise InvalidArgument("AlterTableSchema can only add columns, not drop them")
+    for old, new in zip(have, wanted.columns, strict=False):
+        if (old.name, old.type, old.nullable, old.is_tag) != (
+            new.name,
+            new.type,
+            new.nullable,
+            new.is_tag,
+        ):
+            raise InvalidArgument(
+                f"AlterTableSchema can only add columns: column {old.name!r} would change"
+            )
+    if (wanted.timestamp, wanted.primary_key) != (current.timestamp, current.primary_key):
+        raise InvalidArgument("AlterTableSchema cannot change the timestamp or primary key")
+    return list(wanted.columns[len(have) :])
+
+
+def _conform(schema: TableSchema, data: pa.Table) -> pa.Table:
+    """`data` as the table's columns: missing nullable columns are null, values cast safely
+    (a timestamp of any unit to milliseconds, exactly); an unknown column is an error."""
+    known = set(schema.names)
+    unknown = [name for name in data.column_names if name not in known]
+    if unknown:
+        raise InvalidArgument(f"no column(s) {unknown} in the table ({schema.names})")
+    if len(set(data.column_names)) != len(data.column_names):
+        raise InvalidArgument(f"columns repeat in the rows written: {data.column_names}")
+    columns = []
+    for column in schema.columns:
+        if column.name not in data.column_names:
+            if not column.nullable:
+                raise InvalidArgument(f"the rows written lack non-null column {column.name!r}")
+            columns.append(pa.nulls(len(data), column.type.arrow))
+            continue
+        values = data.column(column.name)
+        if values.type != column.type.arrow:
+            try:
+                values = values.cast(column.type.arrow, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise InvalidArgument(
+                    f"column {column.name!r} is {column.type.data_type.name}: cannot store"
+                    f" {values.type} values ({exc})"
+                ) from exc
+        if not column.nullable and values.null_count:
+            raise InvalidArgument(f"column {column.name!r} is not nullable; got nulls")
+        columns.append(values)
+    return pa.Table.from_arrays(columns, schema=schema.arrow)
+
+
+def _insert(cur: duckdb.DuckDBPyConnection, entry: TableEntry, table: str, data: pa.Table) -> int:
+    cur.register("incoming", data)
+    try:
+        return _insert_from(cur, entry, table, "SELECT * FROM incoming", ())
+    finally:
+        cur.unregister("incoming")
+
+
+def _insert_from(
+    cur: duckdb.DuckDBPyConnection,
+    entry: TableEntry,
+    table: str,
+    source: str,
+    params: tuple[Any, ...],
+) -> int:
+    """INSERT the rows of `source`; in OVERWRITE mode the last of several rows with one key
+    wins, within the request as against the table."""
+    if entry.options.update_mode == "APPEND":
+        sql = f"INSERT INTO {table} BY NAME {source}"
+    else:
+        key = ", ".join(_quote(c) for c in entry.schema.primary_key)
+        sql = (
+            f"INSERT OR REPLACE INTO {table} BY NAME SELECT * EXCLUDE (__ff_order) FROM"
+            f" (SELECT *, row_number() OVER () AS __ff_order FROM ({source}))"
+            f" QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY __ff_order DESC) = 1"
+        )
+    row = cur.execute(sql, list(params)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _purge(cur: duckdb.DuckDBPyConnection, entry: TableEntry) -> int:
+    if entry.options.ttl_ms is None:
+        return 0
+    row = cur.execute(
+        f"DELETE FROM {entry.physical} WHERE {_quote(entry.schema.timestamp)}"
+        " < epoch_ms(?::BIGINT)",
+        [_now_ms() - entry.options.ttl_ms],
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _duckdb_error(exc: duckdb.Error) -> FlightfeedError:
+    """DuckDB's refusal of bad data is the request's error; anything else is the worker's."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, duckdb.ConstraintException | duckdb.ConversionException):
+        return InvalidArgument(text)
+    if isinstance(exc, duckdb.BinderException | duckdb.InvalidInputException):
+        return InvalidArgument(text)
+    error = FlightfeedError(f"the table store failed: {text}", error_type=type(exc).__name__)
+    return error
+
+
+def write_error(index: int, name: TableName, cause: FlightfeedError, count: int) -> TableWriteError:
+    """The error of request `index` of a write of `count` requests, which wrote nothing."""
+    whole = "the WriteBatch wrote nothing: " if count > 1 else "nothing was written: "
+    where = f"request {index} (table {name})" if count > 1 else f"table {name}"
+    return TableWriteError(
+        f"{whole}{where} failed: {cause.message}", WriteFailure(index, str(name)), cause
+    )
+
+
+class _transaction:
+    """`with _transaction(cursor) as cur:` BEGIN … COMMIT, or ROLLBACK on any error; the
+    cursor is closed after."""
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection) -> None:
+        self.cur = cur
+
+    def __enter__(self) -> duckdb.DuckDBPyConnection:
+        self.cur.execute("BEGIN TRANSACTION")
+        return self.cur
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        try:
+            self.cur.execute("COMMIT" if kind is None else "ROLLBACK")
+        finally:
+            self.cur.close()
+
+
+__all__ = [
+    "DEFAULT_CATALOG",
+    "DEFAULT_SCHEMA",
+    "ENGINE",
+    "ScanSpec",
+    "SqlPredicate",
+    "TableEntry",
+    "TableName",
+    "TableStore",
+    "TableWriteError",
+    "WriteFailure",
+    "scan_sql",
+    "write_error",
+]
