@@ -4,7 +4,7 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--keepalive SECONDS] [--keepalive-timeout SECONDS]
                   [--handshake-timeout SECONDS] [--max-connections N]
                   [--plan-wait-timeout SECONDS] [--memory-limit SIZE] [--parquet-root DIR]
-                  [--peer URL]
+                  [--peer URL] [--data-dir DIR] [--table-compression auto|always|never]
                   [--fanout-claim-timeout SECONDS]
                   [--max-header-list-size BYTES] [--min-receive-rate BYTES_PER_SECOND]
                   [--receive-grace SECONDS] [--idle-timeout SECONDS]
@@ -68,6 +68,10 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         fanout_claim_timeout=args.fanout_claim_timeout,
         parquet_roots=tuple(os.path.abspath(root) for root in args.parquet_root),
         peers=frozenset(args.peer) if args.peer else None,
+        data_dir=(
+            args.data_dir if args.data_dir in (None, ":memory:") else os.path.abspath(args.data_dir)
+        ),
+        table_compression=args.table_compression,
     )
 
 
@@ -275,6 +279,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="a worker this one's tasks may read from, as the coordinator names it (repeatable;"
         " default: any worker a plan names)",
+    )
+    worker.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="keep durable tables in DIR (a DuckDB database; created if missing), served over"
+        " HoraeDB's RemoteEngineService and Flight (default: none; :memory: for tables that"
+        " last as long as the process)",
+    )
+    worker.add_argument(
+        "--table-compression",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="zstd on table reads: auto (while it halves the bytes), always or never",
     )
     worker.add_argument(
         "--handshake-timeout",

@@ -45,6 +45,8 @@ class TableRead:
     order: Order = "none"
     batch_size: int = DEFAULT_BATCH_ROWS
     parallelism: int = 1
+    rowid_range: tuple[int, int] | None = None
+    """Only the rows whose DuckDB row id is in [lo, hi): one slice of a table read in parallel."""
 
     def checked(self) -> TableRead:
         if self.time_range is not None and self.time_range[0] > self.time_range[1]:
@@ -109,6 +111,10 @@ class TableEngine:
     async def purge_expired(self) -> int:
         return await self._run(self.store.purge_expired)
 
+    async def max_rowid(self, name: TableName) -> int:
+        """The table's highest row id (-1 when empty): where parallel slices end."""
+        return await self._run(self.store.max_rowid, name)
+
     async def row_count(self, name: TableName) -> int:
         return await self._run(self.store.row_count, name)
 
@@ -163,6 +169,7 @@ class TableEngine:
             time_range=read.time_range,
             order=read.order,
             batch_size=batch_size,
+            rowid_range=read.rowid_range,
         )
         out_schema = self.read_schema(read)
 
@@ -175,10 +182,10 @@ class TableEngine:
             return batch if batch.schema.equals(out_schema) else batch.cast(out_schema)
 
         parallelism = max(1, min(read.parallelism, MAX_READ_PARALLELISM))
-        if parallelism == 1 or read.order != "none":
+        if parallelism == 1 or read.order != "none" or read.rowid_range is not None:
             slices = [spec]
         else:
-            top = await self._run(self.store.max_rowid, read.name)
+            top = await self.max_rowid(read.name)
             bounds = [(top + 1) * i // parallelism for i in range(parallelism + 1)]
             slices = [
                 replace(spec, rowid_range=(lo, hi))

@@ -139,6 +139,7 @@ class TableStore:
         connection = duckdb.connect(path if path is not None else ":memory:")
         store = cls(connection, path)
         store._load()
+        store._discard_abandoned_puts()
         return store
 
     def close(self) -> None:
@@ -166,6 +167,12 @@ class TableStore:
                 TableOptions.parse(json.loads(options)),
                 bytes(partition),
             )
+
+    def _discard_abandoned_puts(self) -> None:
+        """A DoPut stages its rows under a job "put-…" and publishes them at its end: staging
+        left by a process that died in between was never acknowledged, so it goes."""
+        for entry in self.tables():
+            self.connection.execute(f"DELETE FROM {entry.staging} WHERE __ff_job LIKE 'put-%'")
 
     def tables(self) -> list[TableEntry]:
         with self._meta_lock:

@@ -1,15 +1,25 @@
-"""Flight DoGet whose ticket is a serialized ExecuteTaskRequest: any Flight client runs a task."""
+"""The worker's Flight face: DoGet whose ticket is a serialized ExecuteTaskRequest (any Flight
+client runs a task), and the worker's tables."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Sequence
 
 import pyarrow as pa
 
+from ..._generated.arrow.flight.protocol import (
+    Action,
+    ActionType,
+    FlightDescriptor,
+    FlightInfo,
+)
 from ..._generated.flightfeed.v1 import FlightAppMetadata
-from ...flight.server import CallContext, FlightHandler
-from ...flight.streams import FlightDataWriter
+from ...flight.server import CallContext, FlightHandler, PutResultWriter
+from ...flight.streams import FlightDataReader, FlightDataWriter
 from ...protocol.tickets import parse_ticket
+from ...tables.flight import ACTIONS as TABLE_ACTIONS
+from ...tables.flight import TableFlight, is_table_ticket
 from ..state import WorkerState
 from .execute_task import execute_task
 
@@ -31,10 +41,39 @@ class FlightSink:
 
 
 class WorkerFlightHandler(FlightHandler):
-    """The worker's Flight face."""
+    """The worker's Flight face: DoGet of task partitions (ExecuteTask tickets), and its
+    tables (flightfeed.tables.flight: descriptors, table tickets, DoPut, actions)."""
 
     def __init__(self, state: WorkerState) -> None:
         self.state = state
+        self.tables = TableFlight(state.table_engine, lambda: state.location)
 
     async def do_get(self, ctx: CallContext, ticket: bytes, writer: FlightDataWriter) -> None:
+        if is_table_ticket(ticket):
+            await self.tables.do_get(ticket, writer)
+            return
         await execute_task(self.state, parse_ticket(ticket), FlightSink(writer))
+
+    async def get_flight_info(self, ctx: CallContext, descriptor: FlightDescriptor) -> FlightInfo:
+        return await self.tables.flight_info(descriptor)
+
+    async def get_schema(self, ctx: CallContext, descriptor: FlightDescriptor) -> pa.Schema:
+        return self.tables.schema(descriptor)
+
+    async def do_put(
+        self, ctx: CallContext, reader: FlightDataReader, results: PutResultWriter
+    ) -> None:
+        await self.tables.do_put(reader, results)
+
+    async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
+        async for result in self.tables.do_action(action):
+            yield result
+
+    async def list_actions(self, ctx: CallContext) -> Sequence[ActionType]:
+        return TABLE_ACTIONS
+
+    async def list_flights(self, ctx: CallContext, criteria: bytes) -> AsyncIterator[FlightInfo]:
+        if self.state.tables is None:
+            return
+        async for info in self.tables.list_flights():
+            yield info
