@@ -50,7 +50,7 @@ from ..plan.expr_proto import expr_from_proto
 from .engine import TableEngine, TableRead
 from .predicate import split_predicates
 from .schema import TableSchema
-from .store import TableName
+from .store import PUT_JOB_PREFIX, TableName
 
 TABLE_TICKET_PREFIX: Final = b"flightfeed-table:"
 """Starts every table ticket. An ExecuteTask ticket never does: 'f' is not a protobuf key."""
@@ -205,7 +205,7 @@ class TableFlight:
             job = _job(staged.job)
             rows = await _stage_stream(engine, name, reader, job, staged.partition, staged.attempt)
         else:
-            job = f"put-{uuid.uuid4().hex}"
+            job = f"{PUT_JOB_PREFIX}{uuid.uuid4().hex}"
             try:
                 await _stage_stream(engine, name, reader, job, 0, 0)
                 rows = await engine.commit_staged(name, job, [(0, 0)])
@@ -272,8 +272,10 @@ def _as_command(descriptor: FlightDescriptor, command: ParsedCommand) -> TableCo
 
 
 def _job(job: str) -> str:
-    if not job or len(job) > 256 or job.startswith("put-"):
-        raise InvalidArgument(f"bad job id {job!r}: 1 to 256 characters, not starting 'put-'")
+    if not job or len(job) > 256 or job.startswith(PUT_JOB_PREFIX):
+        raise InvalidArgument(
+            f"bad job id {job!r}: 1 to 256 characters, not starting {PUT_JOB_PREFIX!r}"
+        )
     return job
 
 

@@ -35,6 +35,10 @@ DEFAULT_CATALOG: Final = "flightfeed"
 DEFAULT_SCHEMA: Final = "public"
 ENGINE: Final = "DuckDB"
 _META: Final = "flightfeed_tables"
+_COMMITS: Final = "flightfeed_committed_jobs"
+PUT_JOB_PREFIX: Final = "put-"
+"""Jobs of DoPut streams: staged, then published when their stream ends (never acknowledged
+before, so discarded when a restart finds them)."""
 _STAGE_COLUMNS: Final = ("__ff_job", "__ff_partition", "__ff_attempt")
 
 Order = Literal["none", "asc", "desc"]
@@ -154,6 +158,11 @@ class TableStore:
             " name VARCHAR NOT NULL, table_schema BLOB NOT NULL, options JSON NOT NULL,"
             " partition_info BLOB NOT NULL, UNIQUE (catalog, schema_name, name))"
         )
+        self.connection.execute(
+            f"CREATE TABLE IF NOT EXISTS {_COMMITS} ("
+            " table_id UBIGINT NOT NULL, job VARCHAR NOT NULL, rows UBIGINT NOT NULL,"
+            " PRIMARY KEY (table_id, job))"
+        )
         rows = self.connection.execute(
             f"SELECT id, catalog, schema_name, name, table_schema, options, partition_info"
             f" FROM {_META}"
@@ -172,7 +181,9 @@ class TableStore:
         """A DoPut stages its rows under a job "put-…" and publishes them at its end: staging
         left by a process that died in between was never acknowledged, so it goes."""
         for entry in self.tables():
-            self.connection.execute(f"DELETE FROM {entry.staging} WHERE __ff_job LIKE 'put-%'")
+            self.connection.execute(
+                f"DELETE FROM {entry.staging} WHERE starts_with(__ff_job, ?)", [PUT_JOB_PREFIX]
+            )
 
     def tables(self) -> list[TableEntry]:
         with self._meta_lock:
@@ -238,6 +249,7 @@ class TableStore:
                 cur.execute(f"DROP TABLE {entry.physical}")
                 cur.execute(f"DROP TABLE {entry.staging}")
                 cur.execute(f"DELETE FROM {_META} WHERE id = ?", [entry.id])
+                cur.execute(f"DELETE FROM {_COMMITS} WHERE table_id = ?", [entry.id])
             with self._meta_lock:
                 del self._entries[name]
 
@@ -334,9 +346,21 @@ class TableStore:
     ) -> int:
         """Publishes exactly the rows of the committed (partition, attempt)s of `job` (all of
         the table's rows replaced, with `overwrite`) and discards the job's staging, in one
-        transaction. Returns the rows published."""
+        transaction. Returns the rows published.
+
+        Committing a job again publishes nothing and answers the first commit's count: a driver
+        that retries its commit, or a streaming micro-batch replayed after its commit, lands
+        exactly once."""
         entry = self.entry(name)
+        partitions = [p for p, _ in attempts]
+        if len(set(partitions)) != len(partitions):
+            raise InvalidArgument(f"a job commits one attempt per partition, got {list(attempts)}")
         with self._write_lock, _transaction(self.connection.cursor()) as cur:
+            done = cur.execute(
+                f"SELECT rows FROM {_COMMITS} WHERE table_id = ? AND job = ?", [entry.id, job]
+            ).fetchone()
+            if done is not None:
+                return int(done[0])
             if overwrite:
                 cur.execute(f"DELETE FROM {entry.physical}")
             chosen = pa.table(
@@ -358,6 +382,8 @@ class TableStore:
             finally:
                 cur.unregister("committed")
             cur.execute(f"DELETE FROM {entry.staging} WHERE __ff_job = ?", [job])
+            if not job.startswith(PUT_JOB_PREFIX):  # a DoPut's job is never committed twice
+                cur.execute(f"INSERT INTO {_COMMITS} VALUES (?, ?, ?)", [entry.id, job, published])
             return published
 
     def abort_staged(self, name: TableName, job: str) -> int:
@@ -610,6 +636,7 @@ __all__ = [
     "DEFAULT_CATALOG",
     "DEFAULT_SCHEMA",
     "ENGINE",
+    "PUT_JOB_PREFIX",
     "ScanSpec",
     "SqlPredicate",
     "TableEntry",
