@@ -69,6 +69,11 @@ class CallContext:
             return default
         return value if isinstance(value, str) else bytes(value).decode("latin-1")
 
+    def text_headers(self) -> list[tuple[str, str]]:
+        """The call's text headers, repeats kept (binary `-bin` values are skipped)."""
+        items = self.headers.items() if hasattr(self.headers, "items") else ()
+        return [(k, v) for k, v in items if isinstance(v, str)]
+
     @classmethod
     def of(cls, stream: grpclib.server.Stream[Any, Any]) -> CallContext:
         return cls(

@@ -8,7 +8,8 @@ response's header.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import grpclib.const
@@ -20,6 +21,7 @@ from .._generated.remote_engine import (
     AlterTableOptionsResponse,
     AlterTableSchemaRequest,
     AlterTableSchemaResponse,
+    ExecutePlanRequest,
     GetTableInfoRequest,
     GetTableInfoResponse,
     ReadRequest,
@@ -27,20 +29,36 @@ from .._generated.remote_engine import (
     WriteRequest,
     WriteResponse,
 )
+from ..errors import Unimplemented
 from ..flight.codec import EncodedMessage
 from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes
 from ..flight.internals import raw_stream
 from ..flight.server import CallContext, receive_request, rpc_boundary
 from ..flight.wire import send_encoded
+from ..plan.memory import MemoryPool
+from ..session import Headers, Session
 from .engine import TableEngine
 from .payload import CompressionMode, Compressor
+from .priority import PriorityGate
 from .rpc.alter_table import alter_table_options, alter_table_schema
+from .rpc.execute_plan import serve_execute_plan
 from .rpc.read import serve_read
 from .rpc.table_info import get_table_info
 from .rpc.write import write
 
 SERVICE: Final = "/remote_engine.RemoteEngineService/"
+
+
+@dataclass(frozen=True)
+class PlanRuntime:
+    """What ExecutePhysicalPlan needs from its worker: the caller's session (built from the
+    request's headers by the worker's session builder), the memory pool plans reserve from,
+    and the gate that orders them by priority."""
+
+    session: Callable[[Headers], Awaitable[Session]]
+    memory: MemoryPool
+    gate: PriorityGate
 
 
 class RemoteEngineService:
@@ -54,6 +72,7 @@ class RemoteEngineService:
         *,
         compression: CompressionMode = "auto",
         max_decoded_bytes: int | None = None,
+        plans: PlanRuntime | None = None,
     ) -> None:
         self.engine = engine
         """The worker's tables, looked up per call: it opens them after building its services,
@@ -63,6 +82,7 @@ class RemoteEngineService:
         self.compression: CompressionMode = compression
         self.max_decoded_bytes = max_decoded_bytes or 4 * max_message_size
         """What one payload element of a write may decode to."""
+        self.plans = plans
 
     async def _read(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
         request = await receive_request(stream, ReadRequest, self.max_message_size)
@@ -101,6 +121,33 @@ class RemoteEngineService:
         request = await receive_request(stream, AlterTableOptionsRequest, self.max_message_size)
         await stream.send_message(await alter_table_options(self.engine(), request))
 
+    async def _execute_physical_plan(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
+    ) -> None:
+        request = await receive_request(stream, ExecutePlanRequest, self.max_message_size)
+        engine = self.engine()
+        plans = self.plans
+        if plans is None:
+            raise Unimplemented("ExecutePhysicalPlan is not served here: no plan runtime")
+        await stream.send_initial_metadata()
+        h2 = raw_stream(stream)
+
+        async def send(message: EncodedMessage) -> None:
+            await send_encoded(h2, message)
+
+        headers = Headers(ctx.text_headers())
+        outcome = await serve_execute_plan(
+            engine,
+            request,
+            lambda: plans.session(headers),
+            send,
+            gate=plans.gate,
+            memory=plans.memory,
+            compressor=Compressor(self.compression),
+        )
+        if outcome.trailers:
+            await stream.send_trailing_metadata(metadata=dict(outcome.trailers))
+
     def _handler(
         self, body: Any, cardinality: Cardinality, request: type, reply: type
     ) -> grpclib.const.Handler:
@@ -113,6 +160,9 @@ class RemoteEngineService:
             SERVICE + "Write": self._handler(self._write, unary, WriteRequest, WriteResponse),
             SERVICE + "WriteBatch": self._handler(
                 self._write_batch, unary, WriteBatchRequest, WriteResponse
+            ),
+            SERVICE + "ExecutePhysicalPlan": self._handler(
+                self._execute_physical_plan, stream, ExecutePlanRequest, RawBytes
             ),
             SERVICE + "GetTableInfo": self._handler(
                 self._get_table_info, unary, GetTableInfoRequest, GetTableInfoResponse

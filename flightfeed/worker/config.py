@@ -55,6 +55,8 @@ class WorkerConfig:
         "always" or "never".
     table_purge_interval: seconds between deletions of rows a table's TTL has expired (reads
         never return them either way).
+    table_plan_slots: plans pushed down to the tables (ExecutePhysicalPlan) that run at once;
+        more wait, high priority first.
     """
 
     plan_wait_timeout: float = 10.0
@@ -77,6 +79,7 @@ class WorkerConfig:
     data_dir: str | None = None
     table_compression: CompressionMode = "auto"
     table_purge_interval: float = 600.0
+    table_plan_slots: int = field(default_factory=lambda: max(2, os.cpu_count() or 2))
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl", "fanout_claim_timeout"):
@@ -101,5 +104,7 @@ class WorkerConfig:
             raise ValueError("WorkerConfig.release_memory_after must be positive (or None)")
         if self.table_compression not in ("auto", "always", "never"):
             raise ValueError("WorkerConfig.table_compression must be auto, always or never")
+        if self.table_plan_slots < 1:
+            raise ValueError("WorkerConfig.table_plan_slots must be at least 1")
         if not self.table_purge_interval > 0:
             raise ValueError("WorkerConfig.table_purge_interval must be positive")

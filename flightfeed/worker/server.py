@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from ..errors import ErrorOrigin
 from ..flight.idle_release import first_change, release_when_idle
 from ..flight.server import FlightServer
 from ..flight.tuning import release_free_memory
@@ -20,17 +21,21 @@ from ..protocol import inprocess
 from ..protocol.errors import TYPED_ERRORS
 from ..session import (
     DEFAULT_SESSION_BUILDER,
+    Headers,
+    Session,
     SessionBuilder,
     as_session_builder,
     load_session_builder,
 )
 from ..tables.engine import TableEngine, purge_expired_rows
-from ..tables.service import RemoteEngineService
+from ..tables.priority import PriorityGate
+from ..tables.service import PlanRuntime, RemoteEngineService
 from .config import WorkerConfig
 from .endpoint import WorkerHandlers
 from .registry import TaskRegistry
 from .rpc.do_get import WorkerFlightHandler
 from .service import WorkerService
+from .sessions import build_session
 from .state import WorkerState
 
 
@@ -80,6 +85,11 @@ class Worker:
                     TYPED_ERRORS,
                     max_message_size,
                     compression=self.config.table_compression,
+                    plans=PlanRuntime(
+                        session=self._plan_session,
+                        memory=self.state.memory,
+                        gate=PriorityGate(self.config.table_plan_slots),
+                    ),
                 ),
             ],
             host=host,
@@ -142,6 +152,10 @@ class Worker:
                 )
             self._stack = stack.pop_all()
         return self
+
+    async def _plan_session(self, headers: Headers) -> Session:
+        """The session of a plan pushed down with ExecutePhysicalPlan."""
+        return await build_session(self.state, headers, None, ErrorOrigin(self.state.location))
 
     def _release_memory(self) -> None:
         self.state.memory_releases += 1  # (only this thread writes it; readers see it whole)

@@ -37,8 +37,7 @@ SERVICE: Final = "/flightfeed.v1.WorkerService/"
 
 def request_headers(ctx: CallContext) -> Headers:
     """The call's text headers for the session builder (binary `-bin` values are skipped)."""
-    items = ctx.headers.items() if hasattr(ctx.headers, "items") else ()
-    return Headers([(k, v) for k, v in items if isinstance(v, str)])
+    return Headers(ctx.text_headers())
 
 
 class WorkerService:

@@ -16,6 +16,7 @@ from .parquet_scan import ParquetScan, ParquetScanCodec
 from .projection import Projection, ProjectionCodec
 from .repartition import Repartition, RepartitionCodec
 from .sort import Sort, SortCodec, SortKey
+from .table_scan import TableScan, TableScanCodec
 from .union import Union, UnionCodec
 
 BUILTIN_CODECS = (
@@ -33,6 +34,7 @@ BUILTIN_CODECS = (
     NetworkShuffleCodec(),
     NetworkBroadcastCodec(),
     IsolatedUnionCodec(),
+    TableScanCodec(),
 )
 """Codecs every session has. ParquetScanCodec is not one: a worker reads files only under the
 roots its operator names (see parquet_scan.py)."""
@@ -56,6 +58,7 @@ __all__ = [
     "Repartition",
     "Sort",
     "SortKey",
+    "TableScan",
     "TaskSpan",
     "Union",
 ]

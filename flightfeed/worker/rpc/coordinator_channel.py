@@ -16,7 +16,7 @@ Transport-neutral: `inbound` and `send` are the gRPC stream or an in-process mem
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import anyio
 import betterproto2
@@ -30,7 +30,6 @@ from ..._generated.flightfeed.v1 import (
 from ...concurrency import off_loop
 from ...errors import (
     Cancelled,
-    ErrorOrigin,
     FlightfeedError,
     InvalidArgument,
     ResourceExhausted,
@@ -39,18 +38,18 @@ from ...errors import (
 from ...feeds import FEED_INBOX_KEY, FeedInbox
 from ...plan.base import ExecutionPlan
 from ...plan.metrics_wire import encode_task_metrics
-from ...plan.nodes import ParquetScan, ParquetScanCodec
 from ...plan.stage_input import STAGE_READER_KEY
+from ...plan.table_source import TABLE_SOURCE_KEY
 from ...protocol.channel import Headers, Send
 from ...protocol.channel_wire import EncodedTaskMetrics
 from ...protocol.keys import TaskId, task_id
-from ...session import Headers as SessionHeaders
-from ...session import Session, WorkerQueryContext
+from ...session import Session
+from ...tables.source import EngineTableSource
+from ..sessions import build_session
 from ..stage_reader import WorkerStageReader
 from ..state import WorkerState
 from ..task import Task
 
-SESSION_BUILDER = "session builder"
 PLAN_DECODE = "plan decode"
 
 
@@ -117,8 +116,7 @@ async def open_task(state: WorkerState, headers: Headers, request: SetPlanReques
     state.registry.check_capacity(key)
     origin = key.origin(state.location)
     check_feed_declarations(request, state.config.max_feed_partitions)
-    session = _within_pool(await _build_session(state, headers, request, origin), state)
-    session = _with_parquet_roots(session, state.parquet_codec)
+    session = await build_session(state, headers, request.task_key, origin)
     inbox = (
         FeedInbox.from_declarations(
             request.work_unit_feed_declarations,
@@ -136,40 +134,6 @@ async def open_task(state: WorkerState, headers: Headers, request: SetPlanReques
         raise as_flightfeed_error(exc, PLAN_DECODE).locate(origin) from exc
     state.registry.check_capacity(key)  # again: other tasks may have come in meanwhile
     return OpenedTask(key, request, session, plan, inbox)
-
-
-def _with_parquet_roots(session: Session, codec: ParquetScanCodec) -> Session:
-    """The session decoding ParquetScans of files under the worker's roots (none without
-    --parquet-root: a clear refusal), unless its builder chose a ParquetScan codec itself."""
-    if ParquetScan.name in session.codecs.kinds:
-        return session
-    return replace(session, codecs=session.codecs.with_codec(codec))
-
-
-def _within_pool(session: Session, state: WorkerState) -> Session:
-    """The session with a memory budget no larger than the worker's pool: the budget is what
-    the plan's embedded data and size-checked functions are measured against."""
-    pool = state.memory.limit
-    budget = session.memory_budget_bytes
-    if pool is None or (budget is not None and budget <= pool):
-        return session
-    return replace(session, memory_budget_bytes=pool)
-
-
-async def _build_session(
-    state: WorkerState, headers: Headers, request: SetPlanRequest, origin: ErrorOrigin
-) -> Session:
-    """The session the task runs in; the builder's failure names the builder and keeps the
-    original exception's class."""
-    if not isinstance(headers, SessionHeaders):  # (over gRPC it is one: repeats kept)
-        headers = SessionHeaders(headers.items())
-    context = WorkerQueryContext(headers=headers, task_key=request.task_key)
-    try:
-        return await state.session_builder.build(context)
-    except anyio.get_cancelled_exc_class():
-        raise
-    except Exception as exc:
-        raise as_flightfeed_error(exc, SESSION_BUILDER).locate(origin) from exc
 
 
 # -- run --------------------------------------------------------------------------------------
@@ -200,6 +164,8 @@ async def run_task(
             memory=state.memory.task(str(opened.key), opened.session.memory_budget_bytes),
         )
         task.ctx.extensions[STAGE_READER_KEY] = WorkerStageReader(state, task.worker_url)
+        if state.tables is not None:
+            task.ctx.extensions[TABLE_SOURCE_KEY] = EngineTableSource(state.tables)
         if inbox is not None:
             task.ctx.extensions[FEED_INBOX_KEY] = inbox
             inbox.reserve_from(task.ctx.memory.reservation("feed inbox"))

@@ -87,6 +87,7 @@ __all__ = (
     "TableCommand",
     "TableQuery",
     "TableRef",
+    "TableScanNode",
     "TableTicket",
     "TaskKey",
     "TaskMetrics",
@@ -1692,6 +1693,58 @@ class TableRef(betterproto2.Message):
 
 
 default_message_pool.register_message("flightfeed.v1", "TableRef", TableRef)
+
+
+@dataclass(eq=False, repr=False)
+class TableScanNode(betterproto2.Message):
+    """
+    Extension: a durable table on a worker (flightfeed/tables/), read where the task runs.
+    """
+
+    catalog: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The table: HoraeDB's (catalog, schema, table); an empty catalog or schema is the
+    reader's default.
+    """
+
+    schema_name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    table: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    schema: "bytes" = betterproto2.field(4, betterproto2.TYPE_BYTES)
+    """
+    Arrow IPC serialized schema of the output (the projected columns).
+    """
+
+    columns: "list[str]" = betterproto2.field(5, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Columns read, in output order (empty: every column of the table).
+    """
+
+    predicates: "list[Expr]" = betterproto2.field(6, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Rows kept: every predicate holds.
+    """
+
+    start_ms: "int | None" = betterproto2.field(7, betterproto2.TYPE_INT64, optional=True)
+    """
+    Timestamps in [start_ms, end_ms).
+    """
+
+    end_ms: "int | None" = betterproto2.field(8, betterproto2.TYPE_INT64, optional=True)
+
+    parallelism: "int" = betterproto2.field(9, betterproto2.TYPE_UINT32)
+    """
+    Parallel row ranges the read is split into (one output partition either way).
+    """
+
+    worker: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    The worker that holds the table (its URL); empty: wherever the plan runs.
+    """
+
+
+default_message_pool.register_message("flightfeed.v1", "TableScanNode", TableScanNode)
 
 
 @dataclass(eq=False, repr=False)

@@ -1,0 +1,58 @@
+"""The session a plan runs in on this worker: the builder's, from the request's headers, held
+to the worker's memory pool and reading Parquet files only under the worker's roots. Tasks
+(CoordinatorChannel) and plans pushed down to the tables (ExecutePhysicalPlan) get theirs here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import anyio
+
+from .._generated.flightfeed.v1 import TaskKey
+from ..errors import ErrorOrigin, as_flightfeed_error
+from ..plan.nodes import ParquetScan, ParquetScanCodec
+from ..protocol.channel import Headers
+from ..session import Headers as SessionHeaders
+from ..session import Session, WorkerQueryContext
+from .state import WorkerState
+
+SESSION_BUILDER = "session builder"
+
+
+async def build_session(
+    state: WorkerState, headers: Headers, task_key: TaskKey | None, origin: ErrorOrigin
+) -> Session:
+    """The builder's session for the request; its failure names the builder and keeps the
+    original exception's class."""
+    if not isinstance(headers, SessionHeaders):  # (over gRPC it is one: repeats kept)
+        headers = SessionHeaders(headers.items())
+    context = WorkerQueryContext(headers=headers, task_key=task_key)
+    try:
+        session = await state.session_builder.build(context)
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception as exc:
+        raise as_flightfeed_error(exc, SESSION_BUILDER).locate(origin) from exc
+    return _with_parquet_roots(_within_pool(session, state), state.parquet_codec)
+
+
+def _with_parquet_roots(session: Session, codec: ParquetScanCodec) -> Session:
+    """The session decoding ParquetScans of files under the worker's roots (none without
+    --parquet-root: a clear refusal), unless its builder chose a ParquetScan codec itself."""
+    if ParquetScan.name in session.codecs.kinds:
+        return session
+    return replace(session, codecs=session.codecs.with_codec(codec))
+
+
+def _within_pool(session: Session, state: WorkerState) -> Session:
+    """The session with a memory budget no larger than the worker's pool: the budget is what
+    the plan's embedded data and size-checked functions are measured against."""
+    pool = state.memory.limit
+    budget = session.memory_budget_bytes
+    if pool is None or (budget is not None and budget <= pool):
+        return session
+    return replace(session, memory_budget_bytes=pool)
+
+
+__all__ = ["SESSION_BUILDER", "build_session"]
