@@ -89,10 +89,12 @@ def every_node() -> dict[str, ExecutionPlan]:
 
 NETWORK_KINDS = {"NetworkCoalesce", "NetworkShuffle", "NetworkBroadcast"}
 """Read other tasks: their round trips are in test_network_nodes.py."""
+TABLE_KINDS = {"TableScan"}
+"""Read a worker's tables: their round trips are in test_table_scan.py."""
 
 
 def test_every_builtin_kind_is_covered() -> None:
-    assert set(every_node()) | NETWORK_KINDS == REGISTRY.kinds
+    assert set(every_node()) | NETWORK_KINDS | TABLE_KINDS == REGISTRY.kinds
 
 
 @pytest.mark.anyio
