@@ -1,13 +1,17 @@
 """Distributed planning: cut a plan at its exchanges into stages of tasks that read each other.
 
-First every node gets the input partitioning it needs (plan/distribution.py). With more than one
-worker, an input that must be hash-partitioned gets a Repartition (a shuffle), one that must be
-whole a Coalesce; with one worker, a Coalesce either way. A partitioned join whose build side the
-leaves estimate small (plan/statistics.py) becomes a broadcast join instead.
+First filters and projections move into the TableScans of durable tables, and partitions no row
+can come from are pruned (plan/table_pushdown.py). Then every node gets the input partitioning
+it needs (plan/distribution.py). With more than one worker, an input that must be
+hash-partitioned gets a Repartition (a shuffle), one that must be whole a Coalesce; with one
+worker, a Coalesce either way. A partitioned join whose build side the leaves estimate small
+(plan/statistics.py) becomes a broadcast join instead.
 
-A leaf is distributable when its node kind has a TaskEstimator or it holds a registered
-work-unit feed. Walking up from the leaves, an exchange above distributable leaves is a stage
-boundary: its input subtree becomes a stage of T tasks, and the exchange reads that stage:
+A leaf is distributable when its node kind has a TaskEstimator, it holds a registered
+work-unit feed, or it reads data that lives on one worker (a TableScan naming its worker: one
+task, pinned to that worker). Walking up from the leaves, an exchange above distributable
+leaves is a stage boundary: its input subtree becomes a stage of T tasks, and the exchange
+reads that stage:
 
 - a Coalesce reads it through a NetworkCoalesce (on the coordinator, or in a task above);
 - a Repartition becomes a NetworkShuffle: each producer task hash-splits its output into N
@@ -48,6 +52,7 @@ from ..plan.nodes import (
     NetworkCoalesce,
     NetworkShuffle,
     Repartition,
+    TableScan,
     TaskSpan,
     Union,
 )
@@ -55,6 +60,7 @@ from ..plan.nodes.hash_join import needs_all_right_rows
 from ..plan.partitioning import MAX_PARTITIONS, Partitioning
 from ..plan.stage_input import StageInput
 from ..plan.statistics import estimated_bytes
+from ..plan.table_pushdown import push_into_table_scans
 from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
 from .stage import DistributedPlan, Stage, StageTask
 
@@ -79,6 +85,8 @@ class _Leaf:
         return max(1, min(wanted, self.node.output_partitions))
 
     def describe(self) -> str:
+        if isinstance(self.node, TableScan) and self.node.worker:
+            return f"on {self.node.worker}, which holds the table"
         if self.estimation is None:
             return "feed without a task estimation, one task"
         kind = "at most" if self.estimation.is_maximum else "desired"
@@ -150,6 +158,7 @@ class DistributedPlanner:
         nodes need (a grouped aggregate over partitions not split by its keys, say)."""
         state = _Planning(workers=max(workers, 1))
         exchange = self._hash_exchange(state) if state.workers > 1 else None
+        plan = push_into_table_scans(plan)
         enforced = enforce_distribution(plan, hash_exchange=exchange)
         if state.workers > 1 and self._broadcast_threshold > 0:
             enforced = broadcast_small_builds(enforced, self._broadcast_threshold)
@@ -164,7 +173,7 @@ class DistributedPlanner:
         as a leaf stage is; a plan with a Coalesce runs as one task, since a Coalesce must see
         every task's rows."""
         state = _Planning(workers=max(workers, 1))
-        plan = enforce_distribution(plan)
+        plan = enforce_distribution(push_into_table_scans(plan))
         stage = self._stage(unwrap(plan), state, single_partition_kinds=frozenset({"Coalesce"}))
         return DistributedPlan(NetworkCoalesce(self._input(stage)), (stage,))
 
@@ -187,6 +196,8 @@ class DistributedPlanner:
             estimator = self._estimators.for_node(node)
             estimation = estimator.task_estimation(node) if estimator is not None else None
             feed = self._feeds.feed_of(node) if self._feeds is not None else None
+            if isinstance(node, TableScan) and node.worker:
+                estimation = TaskEstimation.desired(1)  # where its table is: nowhere else
             found = None
             if (estimation is not None or feed is not None) and node.output_partitions >= 1:
                 found = _Leaf(node, estimator, estimation, feed)
@@ -243,7 +254,10 @@ class DistributedPlanner:
         stage = Stage(
             stage_id,
             plan,
-            tuple(StageTask(t, self._feed_assignments(plan, t, tasks)) for t in range(tasks)),
+            tuple(
+                StageTask(t, self._feed_assignments(plan, t, tasks), _pinned_worker(plan, t))
+                for t in range(tasks)
+            ),
             note=f"{tasks} task{'s' if tasks != 1 else ''} ({note})",
         )
         state.stages.append(stage)
@@ -388,6 +402,33 @@ class DistributedPlanner:
             out[feed.id] = FeedAssignment(provider, partitions)
         for child in node.children:
             self._collect_feeds(child, task, tasks, out)
+
+
+def _pinned_worker(plan: ExecutionPlan, task: int) -> str | None:
+    """The worker task `task` must run on: the one holding the tables its TableScans read (under
+    an IsolatedUnion, those of the input that runs on the task)."""
+    found: set[str] = set()
+
+    def visit(node: ExecutionPlan, task: int) -> None:
+        node = unwrap(node)
+        if isinstance(node, IsolatedUnion):
+            owner = node.owner(task)
+            if owner is not None:
+                index, span = owner
+                visit(node.children[index], task - span.first)
+            return
+        if isinstance(node, TableScan) and node.worker:
+            found.add(node.worker)
+        for child in node.children:
+            visit(child, task)
+
+    visit(plan, task)
+    if len(found) > 1:
+        raise InvalidArgument(
+            f"one task would read tables held by several workers ({', '.join(sorted(found))}):"
+            " put a Union over them (each input gets a task of its own) or an exchange between"
+        )
+    return found.pop() if found else None
 
 
 def _scale(leaf: _Leaf, tasks: int) -> ExecutionPlan | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, NotFound
 from ..feeds import FeedAssignment
 from ..plan.base import ExecutionPlan
 from ..plan.metrics import unwrap
@@ -16,10 +16,12 @@ from ..plan.metrics import unwrap
 
 @dataclass(frozen=True, eq=False)
 class StageTask:
-    """One task of a stage: its number and the global feed partitions it owns."""
+    """One task of a stage: its number, the global feed partitions it owns, and the worker it
+    must run on when it reads data that lives there (a table's TableScan), else None."""
 
     task_number: int
     feeds: Mapping[bytes, FeedAssignment]
+    worker: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,9 +67,9 @@ class DistributedPlan:
             replace(
                 stage,
                 tasks=tuple(
-                    StageTask(
-                        task.task_number,
-                        {
+                    replace(
+                        task,
+                        feeds={
                             feed_id: FeedAssignment(
                                 providers.get(feed_id, found.provider), found.partitions
                             )
@@ -82,10 +84,27 @@ class DistributedPlan:
         return DistributedPlan(self.root, stages)
 
     def assign(self, workers: list[str], offset: int = 0) -> dict[tuple[int, int], str]:
-        """Round-robin: task i of the query (in stage order) goes to worker (offset + i) % n."""
+        """A pinned task goes to its worker; the others round-robin: the i-th of them (in
+        stage order) to worker (offset + i) % n."""
         if not workers:
             raise InvalidArgument("no workers to assign tasks to")
-        return {ref: workers[(offset + i) % len(workers)] for i, ref in enumerate(self.task_refs())}
+        assignment: dict[tuple[int, int], str] = {}
+        free = 0
+        for stage in self.stages:
+            for task in stage.tasks:
+                ref = (stage.stage_id, task.task_number)
+                if task.worker is not None:
+                    if task.worker not in workers:
+                        raise NotFound(
+                            f"stage {stage.stage_id} task {task.task_number} reads data held by"
+                            f" {task.worker}, which is not one of this coordinator's workers"
+                            f" ({', '.join(workers)})"
+                        )
+                    assignment[ref] = task.worker
+                else:
+                    assignment[ref] = workers[(offset + free) % len(workers)]
+                    free += 1
+        return assignment
 
 
 def placed(

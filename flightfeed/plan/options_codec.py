@@ -130,3 +130,16 @@ def _reference(type_name: str) -> pa.StructType:
     reader = pa.ipc.open_file(instance.serialize())
     struct: pa.StructType = reader.schema.field(0).type
     return struct
+
+
+def set_lookup_values(options: object) -> pa.Array | None:
+    """The value set of is_in's SetLookupOptions (pyarrow has no accessor; its serialization,
+    an IPC file of one struct row, holds it), or None."""
+    if not isinstance(options, pc.SetLookupOptions):
+        return None
+    try:
+        row = pa.ipc.open_file(options.serialize()).read_all().column(0).chunk(0)
+        values = row.field("value_set")[0].values
+    except (pa.ArrowException, KeyError, IndexError):
+        return None
+    return values if isinstance(values, pa.Array) else None

@@ -14,7 +14,7 @@ from typing import Final, Protocol
 
 import pyarrow as pa
 
-from ..errors import ExecutionError
+from ..errors import ExecutionError, InvalidArgument
 from .base import TaskContext
 from .expr import Expr
 
@@ -40,6 +40,20 @@ class TableReadSpec:
         return ".".join([*parts, self.table])
 
 
+@dataclass(frozen=True)
+class TablePartition:
+    """The table is partition `index` of `count` of a table whose rows go to the partition of
+    the hash of their `keys` (plan/hash_partition.py), modulo `count`."""
+
+    keys: tuple[str, ...]
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not self.keys or not 0 <= self.index < self.count:
+            raise InvalidArgument(f"bad table partition {self.index} of {self.count}")
+
+
 class TableSource(Protocol):
     def read_table(self, spec: TableReadSpec) -> AsyncIterator[pa.RecordBatch]:
         """The rows of the table `spec` selects, batch by batch."""
@@ -60,4 +74,4 @@ def table_source(ctx: TaskContext, spec: TableReadSpec) -> TableSource:
     return source  # type: ignore[return-value]
 
 
-__all__ = ["TABLE_SOURCE_KEY", "TableReadSpec", "TableSource", "table_source"]
+__all__ = ["TABLE_SOURCE_KEY", "TablePartition", "TableReadSpec", "TableSource", "table_source"]

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from ..errors import InvalidArgument
 from ..plan.expr import Call, Column, Expr, Literal, output_type
 from ..plan.functions import BUILTINS
+from ..plan.options_codec import set_lookup_values
 from .store import SqlPredicate
 
 _COMPARISONS: Final = {
@@ -131,7 +132,7 @@ def _is_in(expr: Call, schema: pa.Schema) -> SqlPredicate | None:
     options = expr.options
     if column is None or not isinstance(options, pc.SetLookupOptions):
         return None
-    value_set = _value_set(options)
+    value_set = set_lookup_values(options)
     if value_set is None or not len(value_set) or value_set.null_count:
         return None  # NULL in a value set: Arrow may match null to it, SQL never does
     kind = schema.field(expr.args[0].name).type  # type: ignore[union-attr]
@@ -140,17 +141,6 @@ def _is_in(expr: Call, schema: pa.Schema) -> SqlPredicate | None:
         return None
     marks = ", ".join(b[0] for b in bound if b is not None)
     return SqlPredicate(f"{column} IN ({marks})", tuple(b[1] for b in bound if b is not None))
-
-
-def _value_set(options: pc.SetLookupOptions) -> pa.Array | None:
-    """The options' value set: pyarrow has no accessor, but options serialize to an Arrow IPC
-    file of one struct row (Arrow's own format for them)."""
-    try:
-        row = pa.ipc.open_file(options.serialize()).read_all().column(0).chunk(0)
-        values = row.field("value_set")[0].values
-    except (pa.ArrowException, KeyError, IndexError):
-        return None
-    return values if isinstance(values, pa.Array) else None
 
 
 def _column(expr: Expr, schema: pa.Schema) -> str | None:

@@ -311,7 +311,7 @@ class TableStore:
             for index, (name, data) in enumerate(requests):
                 try:
                     entry = self.entry(name)
-                    total += _insert(cur, entry, entry.physical, _conform(entry.schema, data))
+                    total += _insert(cur, entry, entry.physical, conform_rows(entry.schema, data))
                 except FlightfeedError as exc:
                     raise write_error(index, name, exc, len(requests)) from exc
                 except duckdb.Error as exc:
@@ -321,7 +321,7 @@ class TableStore:
     def stage(self, name: TableName, job: str, partition: int, attempt: int, data: pa.Table) -> int:
         """A Spark task attempt's rows, kept aside until its job commits or aborts."""
         entry = self.entry(name)
-        rows = _conform(entry.schema, data)
+        rows = conform_rows(entry.schema, data)
         tags = (pa.scalar(job), pa.scalar(partition, pa.int32()), pa.scalar(attempt, pa.int64()))
         tagged = rows
         for column, value in zip(_STAGE_COLUMNS, tags, strict=True):
@@ -522,7 +522,7 @@ def _added_columns(current: TableSchema, wanted: TableSchema) -> list[Any]:
     return list(wanted.columns[len(have) :])
 
 
-def _conform(schema: TableSchema, data: pa.Table) -> pa.Table:
+def conform_rows(schema: TableSchema, data: pa.Table) -> pa.Table:
     """`data` as the table's columns: missing nullable columns are null, values cast safely
     (a timestamp of any unit to milliseconds, exactly); an unknown column is an error."""
     known = set(schema.names)
@@ -645,5 +645,6 @@ __all__ = [
     "TableWriteError",
     "WriteFailure",
     "scan_sql",
+    "conform_rows",
     "write_error",
 ]

@@ -36,6 +36,11 @@ class Filter(UnaryNode):
         """Partitions are kept as they are: the input's hash partitioning holds."""
         return output_hash_keys(self.child)
 
+    @property
+    def functions(self) -> FunctionRegistry:
+        """The functions its expressions resolve against."""
+        return self._functions
+
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)
         return Filter(children[0], self.predicate, functions=self._functions)

@@ -48,6 +48,11 @@ class Projection(UnaryNode):
     def schema(self) -> pa.Schema:
         return self._schema
 
+    @property
+    def functions(self) -> FunctionRegistry:
+        """The functions its expressions resolve against."""
+        return self._functions
+
     def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
         expect_children(self.name, children, 1)
         return Projection(children[0], self.exprs, self.names, functions=self._functions)

@@ -18,7 +18,7 @@ from ..arrow_ipc import read_ipc_schema
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr_proto import expr_from_proto, expr_to_proto
-from ..table_source import TableReadSpec, table_source
+from ..table_source import TablePartition, TableReadSpec, table_source
 
 MAX_PARALLELISM = 64
 MAX_PREDICATES = 1024
@@ -27,8 +27,16 @@ MAX_PREDICATES = 1024
 class TableScan(PlanNodeBase):
     name = "TableScan"
 
-    def __init__(self, spec: TableReadSpec, schema: pa.Schema, *, worker: str = "") -> None:
-        """`schema`: what the read returns (a source's `table_schema(spec)`)."""
+    def __init__(
+        self,
+        spec: TableReadSpec,
+        schema: pa.Schema,
+        *,
+        worker: str = "",
+        partition: TablePartition | None = None,
+    ) -> None:
+        """`schema`: what the read returns (a source's `table_schema(spec)`). `partition`: the
+        table is one partition of a partitioned table (the planner prunes by it)."""
         if not spec.table:
             raise InvalidArgument("TableScan needs a table name")
         if not 1 <= spec.parallelism <= MAX_PARALLELISM:
@@ -40,6 +48,10 @@ class TableScan(PlanNodeBase):
         self.spec = spec
         self._schema = schema
         self.worker = worker
+        self.partition = partition
+
+    def with_spec(self, spec: TableReadSpec, schema: pa.Schema) -> TableScan:
+        return TableScan(spec, schema, worker=self.worker, partition=self.partition)
 
     @property
     def schema(self) -> pa.Schema:
@@ -68,6 +80,8 @@ class TableScan(PlanNodeBase):
             shown += f", predicates=[{', '.join(str(p) for p in spec.predicates)}]"
         if spec.time_range is not None:
             shown += f", time_range=[{spec.time_range[0]}, {spec.time_range[1]})"
+        if self.partition is not None:
+            shown += f", partition={self.partition.index}/{self.partition.count}"
         shown += f", worker={self.worker}" if self.worker else ""
         return f"TableScan({spec.qualified}{shown})"
 
@@ -92,6 +106,9 @@ class TableScanCodec:
                 end_ms=end,
                 parallelism=spec.parallelism,
                 worker=node.worker,
+                partition_keys=list(node.partition.keys) if node.partition else [],
+                partition_index=node.partition.index if node.partition else 0,
+                partition_count=node.partition.count if node.partition else 0,
             )
         )
 
@@ -118,9 +135,12 @@ class TableScanCodec:
             parallelism=msg.parallelism or 1,
         )
         try:
-            return TableScan(
-                spec, read_ipc_schema(msg.schema, "TableScan schema"), worker=msg.worker
-            )
+            partition = None
+            if msg.partition_keys or msg.partition_count:
+                keys = tuple(msg.partition_keys)
+                partition = TablePartition(keys, msg.partition_index, msg.partition_count)
+            schema = read_ipc_schema(msg.schema, "TableScan schema")
+            return TableScan(spec, schema, worker=msg.worker, partition=partition)
         except InvalidArgument as exc:
             raise PlanDecodeError(exc.message) from exc
 

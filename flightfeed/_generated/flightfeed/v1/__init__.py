@@ -1743,6 +1743,16 @@ class TableScanNode(betterproto2.Message):
     The worker that holds the table (its URL); empty: wherever the plan runs.
     """
 
+    partition_keys: "list[str]" = betterproto2.field(11, betterproto2.TYPE_STRING, repeated=True)
+    """
+    When the table is partition `partition_index` of `partition_count` of a table partitioned
+    by the hash of `partition_keys` (flightfeed.plan.hash_partition): what pruning needs.
+    """
+
+    partition_index: "int" = betterproto2.field(12, betterproto2.TYPE_UINT32)
+
+    partition_count: "int" = betterproto2.field(13, betterproto2.TYPE_UINT32)
+
 
 default_message_pool.register_message("flightfeed.v1", "TableScanNode", TableScanNode)
 
