@@ -11,6 +11,17 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
                   (--worker grpc://host:port ... | --local-workers N)
 flightfeed demo      the main job on an embedded default (see README)
+flightfeed tables list     --worker URL [--json]
+flightfeed tables create   --worker URL NAME --column NAME:TYPE[:tag][:notnull] ...
+                  [--timestamp COLUMN] [--primary-key COLUMN,...] [--option KEY=VALUE ...]
+                  [--if-not-exists]
+flightfeed tables describe --worker URL NAME [--json]
+flightfeed tables alter    --worker URL NAME [--add-column NAME:TYPE ...] [--option KEY=VALUE ...]
+                  [--schema-version N]
+flightfeed tables count    --worker URL NAME
+flightfeed tables drop     --worker URL NAME [--if-exists]
+                  (NAME: TABLE or CATALOG.SCHEMA.TABLE; every tables command takes
+                  --timeout SECONDS; the syntax in full: flightfeed tables --help)
 flightfeed --version
 """
 
@@ -40,6 +51,7 @@ from .flight.connection_limits import (
 from .flight.keepalive import KeepalivePolicy
 from .flight.tuning import run
 from .plan.memory import DEFAULT_MEMORY_FRACTION, default_memory_limit, parse_memory_size
+from .tables_cli import add_tables_parser
 from .worker.config import WorkerConfig
 
 log = logging.getLogger("flightfeed")
@@ -402,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-spark", action="store_true", help="skip the Spark pipeline (no Java needed)"
     )
     demo.set_defaults(func=_demo)
+
+    add_tables_parser(commands)  # flightfeed tables list|create|describe|alter|count|drop
     return parser
 
 

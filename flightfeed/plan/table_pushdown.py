@@ -3,7 +3,9 @@
 - A Filter over a TableScan (or over a Union of them) becomes the scan's predicates: DuckDB
   evaluates what it can exactly, Arrow the rest, on the worker that holds the table. A
   predicate calling a session UDF stays a Filter (the store resolves only built-ins).
-- A Projection of plain columns over a TableScan becomes the scan's column list.
+- A Projection of plain columns over a TableScan becomes the scan's column list (the
+  Projection stays over it when it declares different nullability, so the output schema is
+  exactly the plan's).
 - A scan of one partition of a partitioned table whose predicates pin every partition key
   (`key = literal`, `key IN (...)`) to values that hash to other partitions reads nothing: it
   leaves its Union. Pruning hashes the literals exactly as rows were routed
@@ -48,10 +50,15 @@ def push_into_table_scans(plan: ExecutionPlan) -> ExecutionPlan:
         return _push_filter(node)
     if isinstance(node, Projection):
         scan = unwrap(node.child)
-        if isinstance(scan, TableScan) and _plain_columns(node):
+        if isinstance(scan, TableScan) and _plain_columns(node) and not scan.spec.columns:
             columns = tuple(node.names)
             schema = pa.schema([scan.schema.field(name) for name in columns])
-            return scan.with_spec(replace(scan.spec, columns=columns), schema)
+            narrowed = scan.with_spec(replace(scan.spec, columns=columns), schema)
+            if schema.equals(node.schema):
+                return narrowed
+            # The projection declares its columns nullable: it stays, over the narrower read,
+            # so the plan's output schema is exactly what it was.
+            return node.with_children([narrowed])
     return node
 
 
