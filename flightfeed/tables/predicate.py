@@ -2,10 +2,12 @@
 
 Conjuncts DuckDB evaluates exactly as Arrow would go into the scan's WHERE (its zone maps skip
 what they rule out): comparisons of a column with a literal, NOT of one, IS [NOT] NULL, IN of
-a value set, and Kleene AND/OR of those. Everything else (other functions, non-Kleene `or`,
-whose NULL handling differs from SQL's) is evaluated on the scanned batches by
-pyarrow.compute, so every predicate is honoured wherever it runs. Literals travel as bound
-parameters, never as SQL text.
+a value set, and Kleene AND/OR of those. NaN is where the engines differ (DuckDB orders it
+above every number and equal to itself, Arrow compares it false): float comparisons are
+written so both agree, and one with a NaN literal stays with Arrow. Everything else (other
+functions, non-Kleene `or`, whose NULL handling differs from SQL's) is evaluated on the scanned
+batches by pyarrow.compute, so every predicate is honoured wherever it runs. Literals travel as
+bound parameters, never as SQL text.
 """
 
 from __future__ import annotations
@@ -121,9 +123,18 @@ def _comparison(op: str, left: Expr, right: Expr, schema: pa.Schema) -> SqlPredi
     column = _column(left, schema)
     if column is None or not isinstance(right, Literal):
         return None
-    bound = _parameter(right.value, schema.field(left.name).type)  # type: ignore[union-attr]
+    kind = schema.field(left.name).type  # type: ignore[union-attr]
+    bound = _parameter(right.value, kind)
     if bound is None:
         return None
+    if pa.types.is_floating(kind):
+        # DuckDB orders NaN above every number and equal to itself; Arrow's comparisons with
+        # NaN are false (not_equal: true). A NaN literal stays with Arrow; `>`/`>=` exclude
+        # NaN rows, which DuckDB alone would keep.
+        if bound[1] != bound[1]:
+            return None
+        if op in (">", ">="):
+            return SqlPredicate(f"({column} {op} {bound[0]} AND NOT isnan({column}))", (bound[1],))
     return SqlPredicate(f"{column} {op} {bound[0]}", (bound[1],))
 
 

@@ -1,0 +1,729 @@
+"""HoraeDB's RemoteEngineService on a real worker, through a client that shares no code with it:
+standard protobuf/grpc stubs generated from the seed protos (helpers.seed_protos) over a
+`grpc.aio` channel. Every RPC but ExecutePhysicalPlan (not served yet): errors in the response
+header with HoraeDB's codes, protocol errors as gRPC statuses.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import grpc  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from helpers.seed_protos import SERVICE, SeedProtos, seed_protos
+
+from flightfeed.plan.expr import Call, Expr, Literal, call, col, lit
+from flightfeed.plan.expr_proto import encode_expr
+from flightfeed.tables.schema import TableSchema
+from flightfeed.tables.store import TableName
+from flightfeed.worker import Worker, WorkerConfig
+
+pytestmark = pytest.mark.anyio
+
+OK: Final = 0
+BAD_REQUEST: Final = 401
+NOT_FOUND: Final = 404
+
+CPU: Final = pa.schema(
+    [
+        pa.field("ts", pa.timestamp("ms"), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("v", pa.float64()),
+        pa.field("n", pa.int64()),
+    ]
+)
+"""Table `cpu`: timestamp ts, tag host, primary key (host, ts)."""
+MEM: Final = pa.schema(
+    [pa.field("ts", pa.timestamp("ms"), nullable=False), pa.field("used", pa.int64())]
+)
+"""Table `mem`: timestamp ts, no tags, primary key (ts)."""
+DAY_MS: Final = 86_400_000
+
+
+@pytest.fixture(scope="session")
+def seed() -> SeedProtos:
+    return seed_protos()
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def grpc_aio() -> AsyncIterator[None]:
+    """grpc.aio held initialised by the module, on its event loop: otherwise each test's last
+    channel shuts grpc.aio down whenever the channel happens to be collected, joining its poller
+    thread on the event loop in whatever code runs then."""
+    grpc.aio.init_grpc_aio()
+    try:
+        yield
+    finally:
+        gc.collect()  # the tests' channels, so that this is grpc.aio's last reference
+        grpc.aio.shutdown_grpc_aio()
+
+
+def cpu_rows(
+    ts: Sequence[int],
+    host: Sequence[str | None],
+    v: Sequence[float | None],
+    n: Sequence[int | None] | None = None,
+) -> pa.Table:
+    """Rows as the table stores them (ts in milliseconds)."""
+    return pa.table(
+        {
+            "ts": pa.array(ts, pa.timestamp("ms")),
+            "host": pa.array(host, pa.string()),
+            "v": pa.array(v, pa.float64()),
+            "n": pa.array(n if n is not None else [None] * len(ts), pa.int64()),
+        },
+        schema=CPU if None not in host else None,
+    )
+
+
+def mem_rows(ts: Sequence[int], used: Sequence[int | None]) -> pa.Table:
+    return pa.table(
+        {"ts": pa.array(ts, pa.timestamp("ms")), "used": pa.array(used, pa.int64())}, schema=MEM
+    )
+
+
+def ipc_stream(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def unzstd(frame: bytes) -> bytes:
+    """One zstd frame, decompressed as HoraeDB's client does (no reliance on a declared size)
+    with `zstandard`, else with pyarrow and the size the frame header declares."""
+    try:
+        import zstandard
+    except ImportError:
+        return bytes(pa.Codec("zstd").decompress(frame, decompressed_size=frame_size(frame)))
+    return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(frame))
+
+
+def frame_size(frame: bytes) -> int:
+    """The content size a zstd frame header declares (RFC 8878, 3.1.1.1)."""
+    assert int.from_bytes(frame[:4], "little") == 0xFD2FB528, "not a zstd frame"
+    descriptor = frame[4]
+    size_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[size_flag]
+    assert width, "the frame declares no content size"
+    size = int.from_bytes(frame[start : start + width], "little")
+    return size + 256 if width == 2 else size
+
+
+def sorted_rows(table: pa.Table) -> pa.Table:
+    keys = [(name, "ascending") for name in table.column_names if name in ("host", "ts")]
+    return table.sort_by(keys)
+
+
+def assert_tables_equal(got: pa.Table, expected: pa.Table) -> None:
+    assert got.schema == expected.schema, f"{got.schema}\n!=\n{expected.schema}"
+    assert got.equals(expected), f"{got.to_pylist()}\n!=\n{expected.to_pylist()}"
+
+
+@dataclass
+class Client:
+    """The seed stubs over a grpc.aio channel, with the few helpers the tests share."""
+
+    seed: SeedProtos
+    channel: grpc.aio.Channel
+    stub: Any
+
+    @property
+    def pb(self) -> Any:
+        return self.seed.remote_engine_pb2
+
+    def table(self, name: str) -> Any:
+        return self.pb.TableIdentifier(table=name)
+
+    def payload(self, rows: pa.Table) -> Any:
+        """Each batch its own IPC stream, as HoraeDB sends them."""
+        return self.seed.storage_pb2.ArrowPayload(
+            record_batches=[ipc_stream(b) for b in rows.to_batches()]
+        )
+
+    def write_request(self, table: str, rows: pa.Table) -> Any:
+        ts = pc.cast(rows.column("ts"), pa.int64())
+        group = self.pb.RowGroup(
+            min_timestamp=pc.min(ts).as_py(),
+            max_timestamp=pc.max(ts).as_py(),
+            arrow=self.payload(rows),
+        )
+        return self.pb.WriteRequest(table=self.table(table), row_group=group)
+
+    async def write(self, table: str, rows: pa.Table) -> Any:
+        return await self.stub.Write(self.write_request(table, rows))
+
+    async def write_ok(self, table: str, rows: pa.Table) -> None:
+        response = await self.write(table, rows)
+        assert (response.header.code, response.header.error) == (OK, "")
+        assert response.affected_rows == rows.num_rows
+
+    async def write_batch(self, *requests: tuple[str, pa.Table]) -> Any:
+        batch = [self.write_request(table, rows) for table, rows in requests]
+        return await self.stub.WriteBatch(self.pb.WriteBatchRequest(batch=batch))
+
+    def read_request(
+        self,
+        table: str,
+        *,
+        projection: Sequence[int] | None = None,
+        table_schema: Any = None,
+        predicates: Sequence[Expr] = (),
+        time_range: tuple[int, int] | None = None,
+        order: str = "None",
+        batch_size: int = 0,
+        read_parallelism: int = 0,
+        timeout_ms: int = -1,
+    ) -> Any:
+        pb, schema_pb2 = self.pb, self.seed.schema_pb2
+        predicate = pb.Predicate(exprs=[encode_expr(e) for e in predicates])
+        if time_range is not None:
+            start, end = time_range
+            predicate.time_range.CopyFrom(self.seed.time_range_pb2.TimeRange(start=start, end=end))
+        read = pb.TableReadRequest(
+            request_id="wire-test",
+            opts=pb.ReadOptions(
+                batch_size=batch_size, read_parallelism=read_parallelism, timeout_ms=timeout_ms
+            ),
+            predicate=predicate,
+            order=pb.ReadOrder.Value(order),
+        )
+        if projection is not None:
+            read.projected_schema.CopyFrom(
+                schema_pb2.ProjectedSchema(
+                    table_schema=table_schema, projection=schema_pb2.Projection(idx=projection)
+                )
+            )
+        return pb.ReadRequest(table=self.table(table), read_request=read)
+
+    async def read_responses(self, table: str, **options: Any) -> list[Any]:
+        return [r async for r in self.stub.Read(self.read_request(table, **options))]
+
+    async def read(self, table: str, **options: Any) -> tuple[list[Any], pa.Table]:
+        """The responses of a Read (every one ok, with an ArrowPayload) and the rows in them."""
+        responses = await self.read_responses(table, **options)
+        batches: list[pa.RecordBatch] = []
+        for response in responses:
+            assert (response.header.code, response.header.error) == (OK, "")
+            assert response.WhichOneof("output") == "arrow"
+            batches.extend(self.decode(response.arrow))
+        assert batches, "the read returned no rows"
+        return responses, pa.Table.from_batches(batches)
+
+    def decode(self, payload: Any) -> list[pa.RecordBatch]:
+        zstd = payload.compression == self.seed.storage_pb2.ArrowPayload.ZSTD
+        batches: list[pa.RecordBatch] = []
+        for element in payload.record_batches:
+            data = unzstd(element) if zstd else element
+            with pa.ipc.open_stream(data) as reader:  # a standalone stream: schema, batches, end
+                batches.extend(reader)
+        return batches
+
+    async def table_info(self, table: str) -> Any:
+        return await self.stub.GetTableInfo(self.pb.GetTableInfoRequest(table=self.table(table)))
+
+
+@asynccontextmanager
+async def serving(seed: SeedProtos, config: WorkerConfig) -> AsyncIterator[tuple[Worker, Client]]:
+    """A worker on port 0 and a client connected to it."""
+    async with Worker(port=0, config=config) as worker:
+        target = worker.location.removeprefix("grpc://")
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = seed.remote_engine_pb2_grpc.RemoteEngineServiceStub(channel)
+            yield worker, Client(seed, channel, stub)
+
+
+async def create(
+    worker: Worker, name: str, schema: pa.Schema, tags: Sequence[str] = (), **options: str
+) -> None:
+    assert worker.state.tables is not None
+    table_schema = TableSchema.from_arrow(schema, timestamp="ts", tags=tags)
+    await worker.state.tables.create(TableName.of(name), table_schema, options)
+
+
+@pytest.fixture
+async def cpu(seed: SeedProtos, tmp_path: Path) -> AsyncIterator[tuple[Worker, Client]]:
+    """A worker with durable tables in tmp_path and an empty table `cpu`."""
+    async with serving(seed, WorkerConfig(data_dir=str(tmp_path))) as (worker, client):
+        await create(worker, "cpu", CPU, tags=["host"])
+        yield worker, client
+
+
+SAMPLE: Final = cpu_rows(
+    ts=[1000, 1999, 2000, 3000, 3999, 4000, 5000],
+    host=["a", "b", "a", "b", "a", "b", "a"],
+    v=[1.0, 2.0, None, 3.5, 1.5, 0.5, 4.0],
+    n=[1, 2, 3, 4, 5, 6, 7],
+)
+"""Every ts distinct, so an order by ts is one order of rows."""
+
+
+# --- Write and WriteBatch ----------------------------------------------------------------
+
+
+async def test_write_one_row_group(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    response = await client.write("cpu", SAMPLE)
+    assert response.header.code == OK
+    assert response.header.error == ""
+    assert response.affected_rows == SAMPLE.num_rows
+    _, got = await client.read("cpu")
+    assert_tables_equal(sorted_rows(got), sorted_rows(SAMPLE))
+
+
+async def test_a_row_group_of_several_ipc_streams(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    rows = pa.Table.from_batches(SAMPLE.to_batches(max_chunksize=2))
+    request = client.write_request("cpu", rows)
+    assert len(request.row_group.arrow.record_batches) == 4
+    response = await client.stub.Write(request)
+    assert (response.header.code, response.affected_rows) == (OK, SAMPLE.num_rows)
+    _, got = await client.read("cpu")
+    assert_tables_equal(sorted_rows(got), sorted_rows(SAMPLE))
+
+
+async def test_a_zstd_row_group(cpu: tuple[Worker, Client]) -> None:
+    """As HoraeDB compresses: each element one zstd frame (zstd::bulk, level 3)."""
+    _, client = cpu
+    request = client.write_request("cpu", pa.Table.from_batches(SAMPLE.to_batches(max_chunksize=4)))
+    payload = request.row_group.arrow
+    codec = pa.Codec("zstd", compression_level=3)
+    packed = [codec.compress(e, asbytes=True) for e in payload.record_batches]
+    del payload.record_batches[:]
+    payload.record_batches.extend(packed)
+    payload.compression = client.seed.storage_pb2.ArrowPayload.ZSTD
+    response = await client.stub.Write(request)
+    assert (response.header.code, response.header.error) == (OK, "")
+    assert response.affected_rows == SAMPLE.num_rows
+    _, got = await client.read("cpu", order="Asc")
+    assert_tables_equal(got, SAMPLE)
+
+
+async def test_a_zstd_row_group_that_is_not_zstd_is_a_bad_request(
+    cpu: tuple[Worker, Client],
+) -> None:
+    _, client = cpu
+    request = client.write_request("cpu", SAMPLE)
+    request.row_group.arrow.compression = client.seed.storage_pb2.ArrowPayload.ZSTD
+    response = await client.stub.Write(request)
+    assert response.header.code == BAD_REQUEST
+    assert "not a zstd frame" in response.header.error
+    assert await client.read_responses("cpu") == []
+
+
+async def test_write_batch_commits_every_table(cpu: tuple[Worker, Client]) -> None:
+    worker, client = cpu
+    await create(worker, "mem", MEM)
+    mem = mem_rows([1000, 2000], [10, None])
+    response = await client.write_batch(("cpu", SAMPLE), ("mem", mem))
+    assert (response.header.code, response.header.error) == (OK, "")
+    assert response.affected_rows == SAMPLE.num_rows + mem.num_rows
+    _, got_cpu = await client.read("cpu")
+    _, got_mem = await client.read("mem")
+    assert_tables_equal(sorted_rows(got_cpu), sorted_rows(SAMPLE))
+    assert_tables_equal(sorted_rows(got_mem), mem)
+
+
+async def test_write_batch_naming_a_missing_table_writes_nothing(
+    cpu: tuple[Worker, Client],
+) -> None:
+    _, client = cpu
+    before = cpu_rows([1000], ["a"], [1.0])
+    await client.write_ok("cpu", before)
+    response = await client.write_batch(
+        ("cpu", cpu_rows([2000, 3000], ["b", "c"], [2.0, 3.0])),
+        ("missing", mem_rows([1000], [1])),
+    )
+    assert response.header.code == NOT_FOUND
+    assert response.affected_rows == 0
+    assert "request 1" in response.header.error
+    assert "flightfeed.public.missing" in response.header.error
+    assert "WriteBatch" in response.header.error
+    _, got = await client.read("cpu")
+    assert_tables_equal(got, before)
+
+
+async def test_write_batch_with_a_null_in_a_non_null_column_writes_nothing(
+    cpu: tuple[Worker, Client],
+) -> None:
+    _, client = cpu
+    response = await client.write_batch(
+        ("cpu", cpu_rows([1000], ["a"], [1.0])),
+        ("cpu", cpu_rows([2000, 3000], ["b", None], [2.0, 3.0])),
+    )
+    assert response.header.code == BAD_REQUEST
+    assert response.affected_rows == 0
+    assert "request 1" in response.header.error
+    assert "'host'" in response.header.error
+    assert "not nullable" in response.header.error
+    assert await client.read_responses("cpu") == []  # nothing written, no batch to send
+
+
+async def test_write_to_a_missing_table_is_not_found(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    response = await client.write("nope", SAMPLE)
+    assert response.header.code == NOT_FOUND
+    assert "flightfeed.public.nope" in response.header.error
+
+
+# --- Read ------------------------------------------------------------------------------
+
+
+async def test_a_read_with_projection_predicates_time_range_and_order(
+    cpu: tuple[Worker, Client],
+) -> None:
+    _, client = cpu
+    await client.write_ok("cpu", SAMPLE)
+    info = await client.table_info("cpu")
+    predicates = [
+        call("greater", col("v"), lit(1.5)),  # pushed into the scan
+        call("less", call("multiply", col("n"), lit(2)), lit(100)),  # evaluated by Arrow
+    ]
+    options: dict[str, Any] = {
+        "projection": [2, 0],  # v, ts: the order asked for
+        "table_schema": info.table_info.table_schema,
+        "predicates": predicates,
+        "time_range": (1999, 5000),
+        "timeout_ms": 30_000,
+    }
+    schema = pa.schema([CPU.field("v"), CPU.field("ts")])
+    # v > 1.5 in [1999, 5000): 1999 (2.0) and 3000 (3.5); 5000 (4.0) is past the end
+    expected = pa.table(
+        {"v": [2.0, 3.5], "ts": pa.array([1999, 3000], pa.timestamp("ms"))}, schema=schema
+    )
+    _, asc = await client.read("cpu", order="Asc", **options)
+    assert_tables_equal(asc, expected)
+    _, desc = await client.read("cpu", order="Desc", **options)
+    assert_tables_equal(desc, expected.take([1, 0]))
+
+
+async def test_a_time_range_is_start_inclusive_and_end_exclusive(
+    cpu: tuple[Worker, Client],
+) -> None:
+    _, client = cpu
+    await client.write_ok("cpu", SAMPLE)
+    _, got = await client.read("cpu", time_range=(2000, 4000), order="Asc")
+    assert_tables_equal(got, SAMPLE.slice(2, 3))  # 2000, 3000, 3999: not 1999, not 4000
+    _, got = await client.read("cpu", time_range=(1999, 4001), order="Asc")
+    assert_tables_equal(got, SAMPLE.slice(1, 5))  # 1999 … 4000
+    assert await client.read_responses("cpu", time_range=(4001, 5000)) == []
+    _, got = await client.read("cpu", time_range=(5000, 5001))
+    assert_tables_equal(got, SAMPLE.slice(6, 1))
+
+
+async def test_read_orders(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    shuffled = SAMPLE.take([4, 0, 6, 2, 5, 1, 3])
+    await client.write_ok("cpu", shuffled)
+    _, asc = await client.read("cpu", order="Asc")
+    assert_tables_equal(asc, SAMPLE)
+    _, desc = await client.read("cpu", order="Desc")
+    assert_tables_equal(desc, SAMPLE.take(list(range(SAMPLE.num_rows))[::-1]))
+    _, unordered = await client.read("cpu", order="None")
+    assert_tables_equal(sorted_rows(unordered), sorted_rows(SAMPLE))
+
+
+async def test_a_small_batch_size_streams_several_responses(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    await client.write_ok("cpu", SAMPLE)
+    responses, got = await client.read("cpu", batch_size=3, order="Asc")
+    sizes = [sum(b.num_rows for b in client.decode(r.arrow)) for r in responses]
+    assert len(responses) >= 3
+    assert all(0 < size <= 3 for size in sizes), sizes
+    assert sum(sizes) == SAMPLE.num_rows
+    assert_tables_equal(got, SAMPLE)
+
+
+async def test_read_parallelism_returns_the_same_rows(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    count = 200
+    rows = cpu_rows(
+        ts=[1000 + i for i in range(count)],
+        host=[f"h{i % 7}" for i in range(count)],
+        v=[i / 4 for i in range(count)],
+        n=list(range(count)),
+    )
+    for start in range(0, count, 50):  # several writes: row ids spread over the table
+        await client.write_ok("cpu", rows.slice(start, 50))
+    _, serial = await client.read("cpu")
+    responses, parallel = await client.read("cpu", read_parallelism=4, batch_size=16)
+    assert len(responses) >= count // 16
+    assert_tables_equal(sorted_rows(parallel), sorted_rows(rows))
+    assert_tables_equal(sorted_rows(parallel), sorted_rows(serial))
+    predicate = [call("greater", col("v"), lit(10.0))]
+    _, filtered = await client.read("cpu", read_parallelism=4, predicates=predicate)
+    expected = rows.filter(pc.greater(rows.column("v"), 10.0))
+    assert_tables_equal(sorted_rows(filtered), sorted_rows(expected))
+
+
+async def test_zstd_read_responses_decode(seed: SeedProtos) -> None:
+    config = WorkerConfig(data_dir=":memory:", table_compression="always")
+    async with serving(seed, config) as (worker, client):
+        await create(worker, "cpu", CPU, tags=["host"])
+        count = 3000
+        rows = cpu_rows(
+            ts=list(range(count)),
+            host=[f"host-{i % 5}" for i in range(count)],
+            v=[i * 0.5 for i in range(count)],
+            n=list(range(count)),
+        )
+        await client.write_ok("cpu", rows)
+        responses, got = await client.read("cpu", order="Asc", batch_size=1000)
+    zstd = seed.storage_pb2.ArrowPayload.ZSTD
+    assert len(responses) >= 3
+    assert all(r.arrow.compression == zstd for r in responses)
+    for response in responses:
+        (element,) = response.arrow.record_batches
+        data = unzstd(element)
+        assert len(data) == frame_size(element)  # the frame declares its size
+        assert pa.Codec("zstd").decompress(element, len(data), asbytes=True) == data
+    assert_tables_equal(got, rows)
+
+
+@pytest.mark.parametrize(
+    ("predicate", "hosts"),
+    [
+        (call("greater", col("v"), lit(1.5)), ["b"]),
+        (call("greater_equal", col("v"), lit(1.5)), ["b"]),
+        (call("not_equal", col("v"), lit(float("nan"))), ["a", "b"]),
+        (call("equal", col("v"), lit(float("nan"))), []),
+    ],
+    ids=["greater", "greater_equal", "not_equal_nan", "equal_nan"],
+)
+async def test_a_predicate_treats_nan_as_arrow_does(
+    cpu: tuple[Worker, Client], predicate: Expr, hosts: list[str]
+) -> None:
+    """pyarrow.compute: NaN compares false with everything, itself included (not_equal true)."""
+    _, client = cpu
+    rows = cpu_rows([1000, 2000, 3000], ["a", "b", "c"], [float("nan"), 2.0, None])
+    await client.write_ok("cpu", rows)
+    column = pa.chunked_array(rows.column("v"))
+    assert pc.filter(rows.column("host"), predicate_mask(predicate, column)).to_pylist() == hosts
+    responses = await client.read_responses("cpu", predicates=[predicate], order="Asc")
+    got = [
+        host for r in responses for b in client.decode(r.arrow) for host in b["host"].to_pylist()
+    ]
+    assert got == hosts
+
+
+def predicate_mask(predicate: Expr, v: pa.ChunkedArray) -> pa.ChunkedArray:
+    """What pyarrow.compute makes of one of the comparisons above on column v."""
+    assert isinstance(predicate, Call)
+    literal = predicate.args[1]
+    assert isinstance(literal, Literal)
+    mask: pa.ChunkedArray = pc.call_function(predicate.function, [v, literal.value])
+    return pc.fill_null(mask, False)
+
+
+async def test_a_read_of_a_missing_table_is_one_not_found_response(
+    cpu: tuple[Worker, Client],
+) -> None:
+    _, client = cpu
+    (response,) = await client.read_responses("missing", order="Asc")
+    assert response.header.code == NOT_FOUND
+    assert "flightfeed.public.missing" in response.header.error
+    assert response.WhichOneof("output") is None
+
+
+async def test_a_read_of_an_unknown_column_is_a_bad_request(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    await client.write_ok("cpu", SAMPLE)
+    (response,) = await client.read_responses(
+        "cpu", predicates=[call("greater", col("nope"), lit(1))]
+    )
+    assert response.header.code == BAD_REQUEST
+    assert "nope" in response.header.error
+    (response,) = await client.read_responses("cpu", projection=[9])
+    assert response.header.code == BAD_REQUEST
+    assert "projection index 9" in response.header.error
+
+
+# --- GetTableInfo ------------------------------------------------------------------------
+
+
+async def test_get_table_info(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    schema_pb2 = client.seed.schema_pb2
+    response = await client.table_info("cpu")
+    assert (response.header.code, response.header.error) == (OK, "")
+    info = response.table_info
+    assert (info.catalog_name, info.schema_name, info.table_name) == ("flightfeed", "public", "cpu")
+    assert info.table_id > 0
+    assert info.engine == "DuckDB"
+    assert dict(info.options) == {"update_mode": "OVERWRITE", "enable_ttl": "false"}
+    assert not info.HasField("partition_info")
+    column = schema_pb2.ColumnSchema
+    expected = schema_pb2.TableSchema(
+        columns=[
+            column(name="ts", data_type=schema_pb2.TIMESTAMP, is_nullable=False, id=1),
+            column(name="host", data_type=schema_pb2.STRING, is_nullable=False, id=2, is_tag=True),
+            column(name="v", data_type=schema_pb2.DOUBLE, is_nullable=True, id=3),
+            column(name="n", data_type=schema_pb2.INT64, is_nullable=True, id=4),
+        ],
+        version=1,
+        timestamp_id=1,
+        primary_key_ids=[2, 1],
+    )
+    assert info.table_schema == expected, info.table_schema
+    named = client.pb.TableIdentifier(catalog="flightfeed", schema="public", table="cpu")
+    again = await client.stub.GetTableInfo(client.pb.GetTableInfoRequest(table=named))
+    assert again == response
+
+
+async def test_get_table_info_of_a_missing_table(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    response = await client.table_info("missing")
+    assert response.header.code == NOT_FOUND
+    assert "flightfeed.public.missing" in response.header.error
+    assert not response.HasField("table_info")
+
+
+# --- AlterTableSchema and AlterTableOptions -----------------------------------------------
+
+
+async def test_alter_table_schema_adds_a_column(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    pb, schema_pb2 = client.pb, client.seed.schema_pb2
+    old = cpu_rows([1000, 2000], ["a", "b"], [1.0, 2.0])
+    await client.write_ok("cpu", old)
+    current = (await client.table_info("cpu")).table_info.table_schema
+    wanted = schema_pb2.TableSchema()
+    wanted.CopyFrom(current)
+    wanted.columns.add(name="load", data_type=schema_pb2.INT32, is_nullable=True, id=5)
+    response = await client.stub.AlterTableSchema(
+        pb.AlterTableSchemaRequest(
+            table=client.table("cpu"), table_schema=wanted, pre_schema_version=current.version
+        )
+    )
+    assert (response.header.code, response.header.error) == (OK, "")
+
+    altered = (await client.table_info("cpu")).table_info.table_schema
+    assert altered.version == current.version + 1
+    assert [(c.name, c.id, c.data_type, c.is_nullable) for c in altered.columns][-1] == (
+        "load",
+        5,
+        schema_pb2.INT32,
+        True,
+    )
+    assert list(altered.columns)[:4] == list(current.columns)
+
+    new = cpu_rows([3000], ["c"], [3.0]).append_column("load", pa.array([7], pa.int32()))
+    await client.write_ok("cpu", new)
+    _, got = await client.read("cpu", order="Asc")
+    load = pa.field("load", pa.int32())
+    expected = pa.concat_tables(
+        [old.append_column(load, pa.nulls(2, pa.int32())), new.cast(CPU.append(load))]
+    )
+    assert_tables_equal(got, expected)
+    _, projected = await client.read("cpu", projection=[4, 1], table_schema=altered, order="Asc")
+    assert projected.to_pydict() == {"load": [None, None, 7], "host": ["a", "b", "c"]}
+
+    stale = await client.stub.AlterTableSchema(
+        pb.AlterTableSchemaRequest(
+            table=client.table("cpu"), table_schema=wanted, pre_schema_version=current.version
+        )
+    )
+    assert stale.header.code == BAD_REQUEST
+    assert f"schema version {altered.version}" in stale.header.error
+    assert f"against version {current.version}" in stale.header.error
+    after = (await client.table_info("cpu")).table_info.table_schema
+    assert after == altered
+
+
+async def test_alter_table_options_ttl_hides_old_rows(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    pb = client.pb
+    now = time.time_ns() // 1_000_000
+    old = cpu_rows([now - 3 * DAY_MS, now - 2 * DAY_MS], ["a", "b"], [1.0, 2.0])
+    fresh = cpu_rows([now - 60_000, now], ["a", "b"], [3.0, 4.0])
+    await client.write_ok("cpu", pa.concat_tables([old, fresh]))
+    _, got = await client.read("cpu", order="Asc")
+    assert got.num_rows == 4
+
+    response = await client.stub.AlterTableOptions(
+        pb.AlterTableOptionsRequest(table=client.table("cpu"), options={"ttl": "1d"})
+    )
+    assert (response.header.code, response.header.error) == (OK, "")
+    info = (await client.table_info("cpu")).table_info
+    assert dict(info.options) == {"update_mode": "OVERWRITE", "enable_ttl": "true", "ttl": "1d"}
+    _, got = await client.read("cpu", order="Asc")
+    assert_tables_equal(got, fresh)
+    _, got = await client.read("cpu", time_range=(now - 4 * DAY_MS, now + 1), order="Asc")
+    assert_tables_equal(got, fresh)
+
+
+async def test_alter_table_options_refuses_an_unknown_option(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    response = await client.stub.AlterTableOptions(
+        client.pb.AlterTableOptionsRequest(
+            table=client.table("cpu"), options={"ttl": "1d", "compaction": "fast"}
+        )
+    )
+    assert response.header.code == BAD_REQUEST
+    assert "compaction" in response.header.error
+    info = (await client.table_info("cpu")).table_info
+    assert dict(info.options) == {"update_mode": "OVERWRITE", "enable_ttl": "false"}
+    missing = await client.stub.AlterTableOptions(
+        client.pb.AlterTableOptionsRequest(table=client.table("missing"), options={"ttl": "1d"})
+    )
+    assert missing.header.code == NOT_FOUND
+
+
+# --- Protocol errors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["Read", "Write", "WriteBatch", "GetTableInfo", "AlterTableSchema", "AlterTableOptions"],
+)
+async def test_a_malformed_request_is_invalid_argument_and_the_worker_serves_on(
+    cpu: tuple[Worker, Client], method: str
+) -> None:
+    _, client = cpu
+    path = SERVICE + method
+
+    async def send_malformed() -> None:
+        if method == "Read":
+            _ = [r async for r in client.channel.unary_stream(path)(b"\xff\xff")]
+        else:
+            await client.channel.unary_unary(path)(b"\xff\xff")
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await send_malformed()
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed request message" in (caught.value.details() or "")
+    response = await client.table_info("cpu")
+    assert response.header.code == OK
+    await client.write_ok("cpu", SAMPLE)
+
+
+async def test_a_worker_without_a_data_dir_is_unimplemented(seed: SeedProtos) -> None:
+    async with serving(seed, WorkerConfig()) as (_, client):
+        pb = client.pb
+        rows = cpu_rows([1000], ["a"], [1.0])
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {
+            "Read": lambda: client.read_responses("cpu"),
+            "Write": lambda: client.write("cpu", rows),
+            "WriteBatch": lambda: client.write_batch(("cpu", rows)),
+            "GetTableInfo": lambda: client.table_info("cpu"),
+            "AlterTableSchema": lambda: client.stub.AlterTableSchema(
+                pb.AlterTableSchemaRequest(table=client.table("cpu"), pre_schema_version=1)
+            ),
+            "AlterTableOptions": lambda: client.stub.AlterTableOptions(
+                pb.AlterTableOptionsRequest(table=client.table("cpu"), options={"ttl": "1d"})
+            ),
+        }
+        for method, send in calls.items():
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await send()
+            assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED, method
+            assert "--data-dir" in (caught.value.details() or ""), method
