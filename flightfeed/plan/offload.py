@@ -27,6 +27,10 @@ async def run_compute(
     """Call `fn` on a worker thread if `nbytes` reaches the threshold (or `fn` runs user code,
     such as a UDF, whose cost nothing bounds), else inline.
 
+    A cancelled caller waits for Arrow work to finish (it is short), not for user code: a UDF
+    that takes minutes must not hold up a query's cancellation or its deadline. Its thread is
+    left to finish on its own and its result dropped.
+
     The time `fn` itself takes is the calling node's elapsed compute (see metrics.py).
     """
     spent = [0]
@@ -40,7 +44,7 @@ async def run_compute(
 
     try:
         if user_code or nbytes >= ctx.offload_threshold_bytes:
-            return await anyio.to_thread.run_sync(timed)
+            return await anyio.to_thread.run_sync(timed, abandon_on_cancel=user_code)
         return timed()
     finally:
         record_compute(spent[0])

@@ -5,7 +5,7 @@ that is waiting; without load, both run at once."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -18,17 +18,31 @@ class PriorityGate:
         self.slots = slots
         self.running = 0
         self._waiting: tuple[deque[anyio.Event], deque[anyio.Event]] = (deque(), deque())
+        self._changed: anyio.Event | None = None  # made on first wait: no loop before
 
     @property
     def waiting(self) -> tuple[int, int]:
         """(high, low) callers waiting for a slot."""
         return len(self._waiting[0]), len(self._waiting[1])
 
+    async def wait_until(self, condition: Callable[[PriorityGate], bool]) -> None:
+        """Until `condition(gate)` holds (re-checked at every change of the gate)."""
+        while not condition(self):
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
     @asynccontextmanager
     async def slot(self, *, low: bool = False) -> AsyncIterator[None]:
         """Holds a slot for the block; waits for one, in priority then arrival order."""
         if self.running < self.slots and not any(self._waiting):
             self.running += 1
+            self._notify()
         else:
             await self._wait(self._waiting[1 if low else 0])
         try:
@@ -39,6 +53,7 @@ class PriorityGate:
     async def _wait(self, queue: deque[anyio.Event]) -> None:
         granted = anyio.Event()
         queue.append(granted)
+        self._notify()
         try:
             await granted.wait()
         except BaseException:
@@ -46,9 +61,11 @@ class PriorityGate:
                 self._release()
             else:
                 queue.remove(granted)
+                self._notify()
             raise
 
     def _release(self) -> None:
+        self._notify()
         for queue in self._waiting:
             if queue:
                 queue.popleft().set()  # the slot goes straight to the next in line

@@ -28,7 +28,6 @@ from ..session import (
     load_session_builder,
 )
 from ..tables.engine import TableEngine, purge_expired_rows
-from ..tables.priority import PriorityGate
 from ..tables.service import PlanRuntime, RemoteEngineService
 from .config import WorkerConfig
 from .endpoint import WorkerHandlers
@@ -88,7 +87,7 @@ class Worker:
                     plans=PlanRuntime(
                         session=self._plan_session,
                         memory=self.state.memory,
-                        gate=PriorityGate(self.config.table_plan_slots),
+                        gate=self.state.plan_gate,
                     ),
                 ),
             ],

@@ -13,6 +13,7 @@ from ..protocol.channel import WorkerEndpoint
 from ..protocol.resolver import ChannelResolver
 from ..session import SessionBuilder
 from ..tables.engine import TableEngine
+from ..tables.priority import PriorityGate
 from .config import WorkerConfig
 from .registry import TaskRegistry
 
@@ -36,12 +37,15 @@ class WorkerState:
     """Channels to the workers its tasks read from (NetworkShuffle and co.), by URL."""
     tables: TableEngine | None = None
     """The worker's durable tables (WorkerConfig.data_dir), open while it serves."""
+    plan_gate: PriorityGate = field(init=False)
+    """Where plans pushed down to the tables (ExecutePhysicalPlan) wait, by priority."""
     parquet_codec: ParquetScanCodec = field(init=False)
     """Decodes ParquetScans of files under WorkerConfig.parquet_roots (of none without)."""
 
     def __post_init__(self) -> None:
         self.memory = MemoryPool(self.config.memory_limit)
         self.parquet_codec = ParquetScanCodec(self.config.parquet_roots)
+        self.plan_gate = PriorityGate(self.config.table_plan_slots)
 
     def table_engine(self) -> TableEngine:
         """The worker's tables, or a clear refusal when it keeps none."""

@@ -1,12 +1,14 @@
 """HoraeDB's RemoteEngineService on a real worker, through a client that shares no code with it:
 standard protobuf/grpc stubs generated from the seed protos (helpers.seed_protos) over a
-`grpc.aio` channel. Every RPC but ExecutePhysicalPlan (not served yet): errors in the response
-header with HoraeDB's codes, protocol errors as gRPC statuses.
+`grpc.aio` channel. Every RPC, ExecutePhysicalPlan with its ExecContext (timeout, priority,
+explain analyze) included: errors in the response header with HoraeDB's codes, protocol errors
+as gRPC statuses.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -14,14 +16,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import anyio
 import grpc  # type: ignore[import-untyped]
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from helpers.seed_protos import SERVICE, SeedProtos, seed_protos
 
+from flightfeed._generated.flightfeed.v1 import TaskMetrics
+from flightfeed.plan.aggregate import agg
+from flightfeed.plan.base import ExecutionPlan
+from flightfeed.plan.builder import plan_from
 from flightfeed.plan.expr import Call, Expr, Literal, call, col, lit
 from flightfeed.plan.expr_proto import encode_expr
+from flightfeed.plan.functions import ScalarUdf
+from flightfeed.plan.nodes import Filter, TableScan
+from flightfeed.plan.table_source import TableReadSpec
+from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
+from flightfeed.tables.rpc.execute_plan import METRICS_TRAILER
 from flightfeed.tables.schema import TableSchema
 from flightfeed.tables.store import TableName
 from flightfeed.worker import Worker, WorkerConfig
@@ -727,3 +739,205 @@ async def test_a_worker_without_a_data_dir_is_unimplemented(seed: SeedProtos) ->
                 await send()
             assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED, method
             assert "--data-dir" in (caught.value.details() or ""), method
+
+
+# --- ExecutePhysicalPlan -------------------------------------------------------------------
+
+RELEASE_SLOW: Final = threading.Event()
+"""Set to let `slow_filter` calls return (they wait at most 20 s)."""
+
+
+def _slow_filter(values: pa.Array) -> pa.Array:
+    RELEASE_SLOW.wait(20)
+    return pc.is_valid(values)
+
+
+async def slow_session(ctx: WorkerQueryContext) -> Session:
+    """The default session plus `slow_filter`, a UDF that holds its thread until released."""
+    udf = ScalarUdf("slow_filter", _slow_filter, pa.bool_())
+    return ctx.builder.with_scalar_udf(udf).build()
+
+
+def plan_request(
+    client: Client, plan: ExecutionPlan, *, session: Session | None = None, **context: Any
+) -> Any:
+    """An ExecutePlanRequest: the plan's bytes in the oneof's field 2 (`datafusion`)."""
+    options = {"request_id": "wire-plan", "timeout_ms": -1, **context}
+    data = (session or Session()).encode_plan(plan)
+    return client.pb.ExecutePlanRequest(context=client.pb.ExecContext(**options), datafusion=data)
+
+
+def cpu_scan(*columns: str, catalog: str = "", schema: str = "") -> TableScan:
+    fields = [CPU.field(c) for c in columns] if columns else list(CPU)
+    spec = TableReadSpec(catalog, schema, "cpu", columns=tuple(columns))
+    return TableScan(spec, pa.schema(fields))
+
+
+async def execute(client: Client, request: Any) -> tuple[list[Any], Any]:
+    """The responses of an ExecutePhysicalPlan call, and its trailing metadata."""
+    call = client.stub.ExecutePhysicalPlan(request)
+    responses = [r async for r in call]
+    return responses, await call.trailing_metadata()
+
+
+def rows_of(client: Client, responses: Sequence[Any]) -> pa.Table:
+    batches = []
+    for response in responses:
+        assert (response.header.code, response.header.error) == (OK, "")
+        if response.WhichOneof("output") == "arrow":
+            batches.extend(client.decode(response.arrow))
+    return pa.Table.from_batches(batches)
+
+
+async def test_a_plan_runs_over_the_tables(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    await client.write_ok("cpu", SAMPLE)
+    plan = (
+        plan_from(cpu_scan())
+        .filter(call("greater", col("n"), lit(1)))
+        .aggregate([(col("host"), "host")], [agg("sum", col("n"), name="total")])
+        .sort("host")
+        .plan
+    )
+    responses, _ = await execute(client, plan_request(client, plan))
+    got = rows_of(client, responses)
+    kept = SAMPLE.filter(pc.greater(SAMPLE["n"], 1))
+    expected = kept.group_by("host").aggregate([("n", "sum")]).sort_by("host")
+    assert got.column("host").to_pylist() == expected.column("host").to_pylist()
+    assert got.column("total").to_pylist() == expected.column("n_sum").to_pylist()
+
+
+async def test_explain_analyze_sends_metrics_as_text_and_typed(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    await client.write_ok("cpu", SAMPLE)
+    plan = plan_from(cpu_scan("host", "n")).filter(call("less", col("n"), lit(4))).plan
+    request = plan_request(client, plan, explain=client.pb.Explain.Value("Analyze"))
+    responses, trailers = await execute(client, request)
+    assert rows_of(client, responses).num_rows == 3
+    *data, last = responses
+    assert all(r.WhichOneof("output") == "arrow" for r in data)
+    assert last.WhichOneof("output") == "metric"
+    text = last.metric.metric
+    assert "Filter(less(n, 4" in text
+    assert "TableScan(cpu" in text
+    assert [w for w in text.split() if w.startswith("rows=")] == ["rows=3", "rows=7"]
+    typed = dict(trailers)[METRICS_TRAILER]
+    metrics = TaskMetrics.parse(typed)
+    rows = [
+        sum(m.output_rows.value for m in node.metrics if m.output_rows is not None)
+        for node in metrics.pre_order_plan_metrics
+    ]
+    assert rows == [3, 7]  # Filter, then the TableScan under it: pre-order
+
+
+async def test_without_explain_there_are_no_metrics(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    await client.write_ok("cpu", SAMPLE)
+    responses, trailers = await execute(client, plan_request(client, cpu_scan("n")))
+    assert all(r.WhichOneof("output") == "arrow" for r in responses)
+    assert METRICS_TRAILER not in dict(trailers or ())
+
+
+async def test_default_catalog_and_schema_name_the_table(cpu: tuple[Worker, Client]) -> None:
+    worker, client = cpu
+    assert worker.state.tables is not None
+    other = TableName.of("cpu", "lab", "metrics")
+    await worker.state.tables.create(other, TableSchema.from_arrow(CPU, timestamp="ts"))
+    await worker.state.tables.write([(other, SAMPLE.slice(0, 2))])
+    await client.write_ok("cpu", SAMPLE)
+    request = plan_request(client, cpu_scan("n"), default_catalog="lab", default_schema="metrics")
+    responses, _ = await execute(client, request)
+    assert sorted(rows_of(client, responses).column("n").to_pylist()) == [1, 2]
+
+
+async def test_bad_plans_are_named_in_the_header(cpu: tuple[Worker, Client]) -> None:
+    _, client = cpu
+    pb = client.pb
+    missing = TableScan(TableReadSpec("", "", "nope"), CPU)
+    cases = [
+        (plan_request(client, missing), NOT_FOUND, "no table flightfeed.public.nope"),
+        (pb.ExecutePlanRequest(context=pb.ExecContext()), BAD_REQUEST, "carries no plan"),
+        (
+            pb.ExecutePlanRequest(context=pb.ExecContext(), datafusion=b"\x0a\x03abc\x12"),
+            BAD_REQUEST,
+            "not a valid PlanNode",
+        ),
+        (
+            plan_request(client, cpu_scan()).__class__(
+                context=pb.ExecContext(),
+                datafusion=Session().encode_plan(cpu_scan()),
+                table=pb.TableIdentifier(table="gone"),
+            ),
+            NOT_FOUND,
+            "no table flightfeed.public.gone",
+        ),
+    ]
+    for request, code, message in cases:
+        (response,) = [r async for r in client.stub.ExecutePhysicalPlan(request)]
+        assert response.header.code == code, response.header.error
+        assert message in response.header.error
+
+
+@pytest.fixture
+async def slow(seed: SeedProtos, tmp_path: Path) -> AsyncIterator[tuple[Worker, Client]]:
+    """A worker with one plan slot and the slow_filter UDF, table `cpu` holding SAMPLE."""
+    RELEASE_SLOW.clear()
+    config = WorkerConfig(data_dir=str(tmp_path), table_plan_slots=1)
+    async with Worker(port=0, config=config, session_builder=slow_session) as worker:
+        target = worker.location.removeprefix("grpc://")
+        async with grpc.aio.insecure_channel(target) as channel:
+            client = Client(
+                seed, channel, seed.remote_engine_pb2_grpc.RemoteEngineServiceStub(channel)
+            )
+            await create(worker, "cpu", CPU, tags=["host"])
+            await client.write_ok("cpu", SAMPLE)
+            try:
+                yield worker, client
+            finally:
+                RELEASE_SLOW.set()
+
+
+def slow_plan() -> ExecutionPlan:
+    return Filter(cpu_scan("n"), call("slow_filter", col("n")), functions=SLOW_FUNCTIONS)
+
+
+SLOW_FUNCTIONS: Final = (
+    SessionStateBuilder()
+    .with_scalar_udf(ScalarUdf("slow_filter", _slow_filter, pa.bool_()))
+    .build()
+)
+
+
+async def test_timeout_ms_is_enforced(slow: tuple[Worker, Client]) -> None:
+    _, client = slow
+    request = plan_request(client, slow_plan(), session=SLOW_FUNCTIONS, timeout_ms=300)
+    started = time.monotonic()
+    (response,) = [r async for r in client.stub.ExecutePhysicalPlan(request)]
+    assert response.header.code == 500
+    assert "wire-plan timed out after 300 ms" in response.header.error
+    assert time.monotonic() - started < 15  # well before the UDF would return by itself
+    RELEASE_SLOW.set()
+
+
+async def test_low_priority_plans_wait_behind_high_ones(slow: tuple[Worker, Client]) -> None:
+    worker, client = slow
+    priority = client.pb.QueryPriority
+    finished: list[str] = []
+
+    async def run(name: str, plan: ExecutionPlan, level: str) -> None:
+        request = plan_request(client, plan, session=SLOW_FUNCTIONS, priority=priority.Value(level))
+        responses, _ = await execute(client, request)
+        rows_of(client, responses)  # every response ok
+        finished.append(name)
+
+    gate = worker.state.plan_gate
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "holder", slow_plan(), "High")
+        with anyio.fail_after(10):
+            await gate.wait_until(lambda g: g.running == 1)
+            tg.start_soon(run, "low", cpu_scan("n"), "Low")
+            await gate.wait_until(lambda g: g.waiting == (0, 1))
+            tg.start_soon(run, "high", cpu_scan("n"), "High")
+            await gate.wait_until(lambda g: g.waiting == (1, 1))
+        RELEASE_SLOW.set()
+    assert finished == ["holder", "high", "low"]
