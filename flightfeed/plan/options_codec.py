@@ -132,14 +132,22 @@ def _reference(type_name: str) -> pa.StructType:
     return struct
 
 
-def set_lookup_values(options: object) -> pa.Array | None:
-    """The value set of is_in's SetLookupOptions (pyarrow has no accessor; its serialization,
-    an IPC file of one struct row, holds it), or None."""
-    if not isinstance(options, pc.SetLookupOptions):
+def options_field(options: object, name: str) -> object:
+    """One field of pyarrow.compute FunctionOptions (pyarrow exposes few of them; their
+    serialization, an IPC file of one struct row, holds them all), or None if absent."""
+    if not isinstance(options, pc.FunctionOptions):
         return None
     try:
         row = pa.ipc.open_file(options.serialize()).read_all().column(0).chunk(0)
-        values = row.field("value_set")[0].values
+        return row.field(name)[0]
     except (pa.ArrowException, KeyError, IndexError):
         return None
+
+
+def set_lookup_values(options: object) -> pa.Array | None:
+    """The value set of is_in's SetLookupOptions, or None."""
+    if not isinstance(options, pc.SetLookupOptions):
+        return None
+    found = options_field(options, "value_set")
+    values = getattr(found, "values", None)
     return values if isinstance(values, pa.Array) else None

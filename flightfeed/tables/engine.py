@@ -20,8 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidArgument
+from ..plan.base import closing
 from ..plan.expr import Expr, evaluate
 from ..plan.functions import BUILTINS
+from ..plan.merge import merge
 from .options import TableOptions
 from .predicate import split_predicates
 from .schema import TableSchema
@@ -177,9 +179,16 @@ class TableEngine:
             for expr in split.remaining:
                 mask = evaluate(expr, batch, BUILTINS)
                 batch = batch.filter(pc.fill_null(mask, False))
-            if batch.num_columns != len(wanted):
-                batch = batch.select(wanted)
-            return batch if batch.schema.equals(out_schema) else batch.cast(out_schema)
+            if batch.schema.equals(out_schema):
+                return batch
+            if not out_schema:
+                return batch.select([])  # no columns, the row count kept
+            # The wanted columns come first, in order (a name may repeat): by position.
+            columns = [
+                column if column.type == field.type else column.cast(field.type)
+                for column, field in zip(batch.columns, out_schema, strict=False)
+            ]
+            return pa.RecordBatch.from_arrays(columns, schema=out_schema)
 
         parallelism = max(1, min(read.parallelism, MAX_READ_PARALLELISM))
         if parallelism == 1 or read.order != "none" or read.rowid_range is not None:
@@ -192,29 +201,10 @@ class TableEngine:
                 for lo, hi in itertools.pairwise(bounds)
                 if hi > lo
             ] or [spec]
-        if len(slices) == 1:
-            async for batch in self._scan(read.name, slices[0], finish):
+        sources = {i: self._scan(read.name, one, finish) for i, one in enumerate(slices)}
+        async with closing(merge(sources)) as merged:  # (a merge of one is the scan itself)
+            async for _, batch in merged:
                 yield batch
-            return
-        send, receive = anyio.create_memory_object_stream[pa.RecordBatch](len(slices))
-        async with anyio.create_task_group() as tg:
-            async with send:
-                for one in slices:
-                    tg.start_soon(self._scan_into, read.name, one, finish, send.clone())
-            async with receive:
-                async for batch in receive:
-                    yield batch
-
-    async def _scan_into(
-        self,
-        name: TableName,
-        spec: ScanSpec,
-        finish: Callable[[pa.RecordBatch], pa.RecordBatch],
-        send: anyio.abc.ObjectSendStream[pa.RecordBatch],
-    ) -> None:
-        async with send:
-            async for batch in self._scan(name, spec, finish):
-                await send.send(batch)
 
     async def _scan(
         self, name: TableName, spec: ScanSpec, finish: Callable[[pa.RecordBatch], pa.RecordBatch]

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from ..errors import InvalidArgument
 from ..plan.expr import Call, Column, Expr, Literal, output_type
 from ..plan.functions import BUILTINS
-from ..plan.options_codec import set_lookup_values
+from ..plan.options_codec import options_field, set_lookup_values
 from .store import SqlPredicate
 
 _COMPARISONS: Final = {
@@ -86,7 +86,7 @@ def _to_sql(expr: Expr, schema: pa.Schema) -> SqlPredicate | None:
     name, args = expr.function, expr.args
     if name in _COMPARISONS and len(args) == 2:
         return _comparison(_COMPARISONS[name], args[0], args[1], schema)
-    if name in ("is_null", "is_valid") and len(args) == 1 and _plain_null_test(expr):
+    if name in ("is_null", "is_valid") and len(args) == 1 and _null_test_of_sql(expr):
         column = _column(args[0], schema)
         if column is None:
             return None
@@ -111,10 +111,12 @@ def _to_sql(expr: Expr, schema: pa.Schema) -> SqlPredicate | None:
     return None
 
 
-def _plain_null_test(expr: Call) -> bool:
+def _null_test_of_sql(expr: Call) -> bool:
     """is_null without nan_is_null (SQL's IS NULL is false for NaN)."""
-    options = expr.options
-    return options is None or not getattr(options, "nan_is_null", False)
+    if expr.options is None:
+        return True
+    nan_is_null = options_field(expr.options, "nan_is_null")
+    return isinstance(nan_is_null, pa.Scalar) and nan_is_null.as_py() is False
 
 
 def _comparison(op: str, left: Expr, right: Expr, schema: pa.Schema) -> SqlPredicate | None:
@@ -147,6 +149,8 @@ def _is_in(expr: Call, schema: pa.Schema) -> SqlPredicate | None:
     if value_set is None or not len(value_set) or value_set.null_count:
         return None  # NULL in a value set: Arrow may match null to it, SQL never does
     kind = schema.field(expr.args[0].name).type  # type: ignore[union-attr]
+    if pa.types.is_floating(kind):
+        return None  # DuckDB's IN matches -0.0 to 0.0 (and NaN to NaN); Arrow's is_in does not
     bound = [_parameter(v, kind) for v in value_set]
     if any(b is None for b in bound):
         return None

@@ -231,9 +231,15 @@ class TableStore:
                 existing = self._entries.get(name)
                 next_id = max((e.id for e in self._entries.values()), default=0) + 1
             if existing is not None:
-                if if_not_exists and existing.schema.names == schema.names:
+                same = (
+                    existing.schema.arrow.equals(schema.arrow)
+                    and existing.schema.timestamp == schema.timestamp
+                    and existing.schema.primary_key == schema.primary_key
+                )
+                if if_not_exists and same:
                     return existing
-                raise AlreadyExists(f"table {name} exists already")
+                differs = "" if same else " with another schema"
+                raise AlreadyExists(f"table {name} exists already{differs}")
             entry = TableEntry(name, next_id, replace(schema, version=1), options, partition_info)
             with _transaction(self.connection.cursor()) as cur:
                 cur.execute(_create_sql(entry.physical, entry.schema, options))
