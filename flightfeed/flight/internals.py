@@ -59,6 +59,7 @@ INSTANCE_ATTRIBUTES: Final[Mapping[str, tuple[str, ...]]] = {
         "_h2_config",
         "_handlers",
         "__dispatch__",
+        "_loop",
     ),
     "grpclib.server.Handler": ("_tasks", "_cancelled", "loop"),
     "grpclib.client.Channel": ("_config", "_h2_config"),
@@ -372,6 +373,13 @@ class ServerBase(grpclib.server.Server):
     def make_protocol(self, handler: grpclib.server.Handler, config: Any, h2_config: Any) -> Any:
         """Override: the protocol of one accepted connection."""
         return H2Protocol(handler, config, h2_config)
+
+    async def start(self, *args: Any, **kwargs: Any) -> None:
+        """Serve on the loop that starts the server: grpclib takes the loop current where the
+        server is constructed, which is not this one when a server is built in one thread and
+        started in another (an anyio portal, say), and it would then never answer."""
+        self._loop = asyncio.get_running_loop()
+        await super().start(*args, **kwargs)
 
     def _protocol_factory(self) -> H2Protocol:
         self.__gc_step__()

@@ -1,9 +1,13 @@
-"""flightfeed for PySpark (the `spark` extra): read a coordinator's tables as DataFrames.
+"""flightfeed for PySpark (the `spark` extra): read a coordinator's tables, and read and write a
+worker's durable tables, as DataFrames.
 
     from flightfeed.spark import local_session
     spark = local_session()            # or flightfeed.spark.register(your_session)
     df = (spark.read.format("flightfeed").option("uri", uri).option("table", "scan")
           .option("args", '[2, "3,1", "2", "4", "1,1"]').load())
+    df.write.format("flightfeed").mode("append").option("uri", worker).option("table", "t").save()
+    spark.read.format("flightfeed").option("source", "table").option("uri", worker)
+        .option("table", "t").option("partitions", "4").load()
 
 Nothing else in flightfeed imports this package.
 """
@@ -19,13 +23,24 @@ from .session import (
 )
 from .source import SOURCE_NAME, FlightfeedDataSource, FlightfeedReader, TableOptions
 from .sql import TableCall, catalog_tables, error_message, explain, rewrite, sql
+from .writer import (
+    FlightfeedStreamTableWriter,
+    FlightfeedTableWriter,
+    TableCommitMessage,
+    TableWriteRefused,
+    stream_job,
+)
 
 __all__ = [
     "SOURCE_NAME",
     "FlightfeedDataSource",
     "FlightfeedReader",
+    "FlightfeedStreamTableWriter",
+    "FlightfeedTableWriter",
     "TableCall",
+    "TableCommitMessage",
     "TableOptions",
+    "TableWriteRefused",
     "catalog_tables",
     "check_python_workers",
     "connect_session",
@@ -38,4 +53,5 @@ __all__ = [
     "rewrite",
     "spark_session",
     "sql",
+    "stream_job",
 ]

@@ -1,4 +1,5 @@
-"""The `flightfeed` Spark data source: a table of a flightfeed coordinator as a DataFrame.
+"""The `flightfeed` Spark data source: a table of a flightfeed coordinator, or a durable table of
+a flightfeed worker, as a DataFrame; `df.write` into a worker's table (see `writer.py`).
 
     spark.read.format("flightfeed")
         .option("uri", "grpc://coordinator:8815")
@@ -6,15 +7,34 @@
         .option("args", '[2, "3,1", "2", "4", "1,1"]')
         .load()
 
-Options: `uri` (the coordinator), `table`, `args` (a JSON list of the table's arguments),
-`columns` (comma-separated, to read fewer), `timeout` (seconds per call), and `header.NAME`
-(a header sent with the query, which the workers' session builders see).
+    spark.read.format("flightfeed")
+        .option("source", "table")               # a worker's durable table
+        .option("uri", "grpc://worker:8816")     # the worker that holds it
+        .option("table", "metrics")              # NAME or CATALOG.SCHEMA.NAME
+        .option("partitions", "8")
+        .load()
+
+Options: `uri` (the coordinator; with source=table, the worker), `table`, `source` ("query",
+the default: a query of the coordinator's catalog; "table": a durable table the worker at
+`uri` holds), `args` (source=query: a JSON list of the table's arguments), `partitions`
+(source=table: how many slices of the table's rows to read in parallel, one Spark partition
+each; default 1, as the data source cannot see Spark's parallelism: set it to e.g.
+`spark.sparkContext.defaultParallelism` to read in parallel), `columns` (comma-separated, to
+read fewer), `timeout` (seconds per call), and `header.NAME` (a header sent with every call;
+the workers' session builders see the query's).
+
+A durable table's TIMESTAMP columns (milliseconds since the epoch) read as Spark's TimestampType
+(an instant; shown in the session's time zone), and its unsigned integers widen to the next
+signed type Spark has (uint64 to DECIMAL(20, 0)). Pushed filters and `columns` go into the
+worker's TableCommand; filters are pushed when their literal has the column's exact type in
+the table (a timestamp with sub-millisecond digits stays with Spark, which is still exact).
 
 Spark calls `schema()`, `pushFilters()` and `partitions()` in separate Python processes and
 pickles the reader in between, so the reader holds only plain data; clients are opened in the
 call that uses them. `partitions()` starts the query on the coordinator and gets one endpoint
-per output partition; each Spark task reads its endpoint straight from its worker. A retried
-task reads the same rows again (the worker replays its work units).
+per output partition (or, for a durable table, one endpoint per slice of its rows); each Spark
+task reads its endpoint straight from its worker. A retried task reads the same rows again
+(the worker replays its work units; a table slice is a fixed range of row ids).
 """
 
 from __future__ import annotations
@@ -29,24 +49,58 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from .._generated.flightfeed.v1 import TableCommand, TableRef
 from ..coordinator.table_query import table_command
 from ..errors import InvalidArgument
 from ..plan import decode_expr, encode_expr
+from ..plan.expr_proto import expr_to_proto
 from . import client
 from .filters import split_filters
 
 SOURCE_NAME = "flightfeed"
 HEADER_PREFIX = "header."
+SOURCE_QUERY = "query"
+"""option source=query (the default): a query of a coordinator's catalog."""
+SOURCE_TABLE = "table"
+"""option source=table: a durable table of the worker at `uri`."""
+TABLE_COMMAND_VERSION = 1
+MAX_TABLE_PARTITIONS = 1024
+"""What a worker splits a table read into at most."""
+SPARK_UNSIGNED: dict[pa.DataType, pa.DataType] = {
+    pa.uint8(): pa.int16(),
+    pa.uint16(): pa.int32(),
+    pa.uint32(): pa.int64(),
+    pa.uint64(): pa.decimal128(20, 0),
+}
+"""Spark has no unsigned integers: a table's read as the narrowest signed type holding them."""
+
+
+def table_ref(text: str) -> TableRef:
+    """A worker's table named `NAME` (catalog flightfeed, schema public) or
+    `CATALOG.SCHEMA.NAME`, as `flightfeed tables` names them."""
+    parts = text.split(".")
+    if len(parts) == 1:
+        return TableRef(table=parts[0])
+    if len(parts) == 3 and all(parts):
+        return TableRef(catalog=parts[0], schema=parts[1], table=parts[2])
+    raise InvalidArgument(f"option 'table' is NAME or CATALOG.SCHEMA.NAME, got {text!r}")
+
+
+def worker_command(ref: TableRef, **fields: Any) -> bytes:
+    """A worker's TableCommand (a table read's, or with `staged`, a task attempt's write)."""
+    return bytes(TableCommand(version=TABLE_COMMAND_VERSION, table=ref, **fields))
 
 
 @dataclass(frozen=True)
 class TableOptions:
-    """A table query as the data source's options describe it."""
+    """A table query, or a read of a worker's table, as the data source's options describe it."""
 
     uri: str
     table: str
@@ -54,15 +108,26 @@ class TableOptions:
     columns: tuple[str, ...] = ()
     headers: dict[str, str] = field(default_factory=dict)
     timeout: float = client.DEFAULT_TIMEOUT
+    source: str = SOURCE_QUERY
+    partitions: int = 1
 
     @classmethod
     def of(cls, options: Any) -> TableOptions:
         """From Spark's (case-insensitive) options; InvalidArgument naming what is wrong."""
         found = {str(k).lower(): str(v) for k, v in dict(options).items()}
+        source = found.get("source", SOURCE_QUERY).strip().lower()
+        if source not in (SOURCE_QUERY, SOURCE_TABLE):
+            raise InvalidArgument(
+                f"option 'source' is {SOURCE_QUERY!r} (a coordinator's catalog) or"
+                f" {SOURCE_TABLE!r} (a worker's durable table), got {found['source']!r}"
+            )
         uri = found.get("uri") or found.get("location")
         if not uri:
+            what = (
+                "the worker that holds the table" if source == SOURCE_TABLE else "the coordinator"
+            )
             raise InvalidArgument(
-                "the flightfeed data source needs option 'uri' (the coordinator, grpc://host:port)"
+                f"the flightfeed data source needs option 'uri' ({what}, grpc://host:port)"
             )
         table = found.get("table")
         if not table:
@@ -83,15 +148,75 @@ class TableOptions:
             raise InvalidArgument(
                 f"option 'timeout' must be seconds, got {found['timeout']!r}"
             ) from None
-        return cls(uri, table, tuple(arguments), columns, headers, timeout)
+        partitions = 1
+        if source == SOURCE_TABLE:
+            if arguments:
+                raise InvalidArgument(
+                    "option 'args' is for source=query: a worker's table takes no arguments"
+                )
+            table_ref(table)  # a clear error now for a malformed name
+            partitions = _partitions(found.get("partitions", "1"))
+        elif "partitions" in found:
+            raise InvalidArgument(
+                "option 'partitions' is for source=table (a coordinator's query has the"
+                " partitions its plan gives it)"
+            )
+        return cls(uri, table, tuple(arguments), columns, headers, timeout, source, partitions)
+
+    @property
+    def is_table(self) -> bool:
+        return self.source == SOURCE_TABLE
+
+    @property
+    def peer(self) -> str:
+        """What `uri` is, for error messages."""
+        return client.WORKER if self.is_table else client.COORDINATOR
 
     def command(self, filters: Sequence[bytes] = ()) -> bytes:
         pushed = [decode_expr(f) for f in filters]
+        if self.is_table:
+            return worker_command(
+                table_ref(self.table),
+                columns=list(self.columns),
+                filters=[expr_to_proto(f) for f in pushed],
+                partitions=self.partitions,
+            )
         return table_command(self.table, self.arguments, columns=self.columns, filters=pushed)
+
+    def arrow_schema(self) -> pa.Schema:
+        """What the coordinator's query, or the worker's table read, returns."""
+        return client.get_schema(
+            self.uri, self.command(), self.headers, self.timeout, peer=self.peer
+        )
+
+
+def _partitions(text: str) -> int:
+    try:
+        partitions = int(text)
+    except ValueError:
+        partitions = 0
+    if not 1 <= partitions <= MAX_TABLE_PARTITIONS:
+        raise InvalidArgument(
+            f"option 'partitions' must be an integer from 1 to {MAX_TABLE_PARTITIONS}, got {text!r}"
+        )
+    return partitions
+
+
+def spark_schema(arrow: pa.Schema, table: TableOptions) -> StructType:
+    """The schema Spark is told: a durable table's timestamps as instants (TimestampType) and
+    its unsigned integers widened (module docstring); a query's columns as they are."""
+    if not table.is_table:
+        found: StructType = from_arrow_schema(arrow)
+        return found
+    widened = pa.schema(
+        [f.with_type(SPARK_UNSIGNED.get(f.type, f.type)) for f in arrow], metadata=arrow.metadata
+    )
+    return from_arrow_schema(widened, prefer_timestamp_ntz=False)
 
 
 class FlightfeedDataSource(DataSource):
-    """`spark.read.format("flightfeed")`: see the module docstring."""
+    """`spark.read.format("flightfeed")` and `df.write.format("flightfeed")`: see the module
+    docstrings (this one's, and `writer.py`'s)."""
 
     @classmethod
     def name(cls) -> str:
@@ -99,9 +224,7 @@ class FlightfeedDataSource(DataSource):
 
     def schema(self) -> StructType:
         table = TableOptions.of(self.options)
-        arrow = client.get_schema(table.uri, table.command(), table.headers, table.timeout)
-        spark_schema: StructType = from_arrow_schema(arrow)
-        return spark_schema
+        return spark_schema(table.arrow_schema(), table)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return FlightfeedReader(TableOptions.of(self.options), schema)
@@ -109,11 +232,28 @@ class FlightfeedDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .stream import FlightfeedStreamReader
 
-        return FlightfeedStreamReader(TableOptions.of(self.options), schema, self.options)
+        table = TableOptions.of(self.options)
+        if table.is_table:
+            raise InvalidArgument(
+                f"a durable table ({table.table} on {table.uri}) is read as a batch, not a"
+                " stream: use spark.read, or readStream with source=query"
+            )
+        return FlightfeedStreamReader(table, schema, self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .writer import FlightfeedTableWriter
+
+        return FlightfeedTableWriter.create(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .writer import FlightfeedStreamTableWriter
+
+        return FlightfeedStreamTableWriter.create(self.options, schema, overwrite)
 
 
 class FlightfeedReader(DataSourceReader):
-    """Pushes filters into the query, starts it, and reads one endpoint per Spark partition."""
+    """Pushes filters into the query (or the table read), starts it, and reads one endpoint per
+    Spark partition."""
 
     def __init__(self, table: TableOptions, schema: StructType) -> None:
         self.table = table
@@ -121,14 +261,21 @@ class FlightfeedReader(DataSourceReader):
         self.filters: list[bytes] = []  # pushed, as Expr protos: plain data for pickling
 
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        pushed, kept = split_filters(list(filters), arrow_schema(self.schema))
+        filters = list(filters)
+        if not filters:
+            self.filters = []
+            return
+        # A table's literals take its own column types (its timestamps are milliseconds, not
+        # Spark's microseconds); a query's, the columns' types as Spark was told them.
+        columns = self.table.arrow_schema() if self.table.is_table else arrow_schema(self.schema)
+        pushed, kept = split_filters(filters, columns)
         self.filters = [encode_expr(expr) for expr in pushed]
         yield from kept
 
     def partitions(self) -> Sequence[InputPartition]:
         table = self.table
         _, endpoints = client.get_endpoints(
-            table.uri, table.command(self.filters), table.headers, table.timeout
+            table.uri, table.command(self.filters), table.headers, table.timeout, peer=table.peer
         )
         return [InputPartition(endpoint) for endpoint in endpoints]
 
@@ -147,7 +294,8 @@ def read_partition(
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
-    arrow: pa.Schema = to_arrow_schema(schema)
+    """Spark's schema in Arrow, as Spark wants a data source's batches (TimestampType in UTC)."""
+    arrow: pa.Schema = to_arrow_schema(schema, timezone="UTC")
     return arrow
 
 

@@ -36,6 +36,10 @@ DEFAULT_SCHEMA: Final = "public"
 ENGINE: Final = "DuckDB"
 _META: Final = "flightfeed_tables"
 _COMMITS: Final = "flightfeed_committed_jobs"
+_STAGED: Final = "flightfeed_staged_jobs"
+DEFAULT_STAGING_TTL_MS: Final = 86_400_000
+"""Staged rows of a job neither committed nor aborted this long after it began (its driver
+died) are discarded."""
 PUT_JOB_PREFIX: Final = "put-"
 """Jobs of DoPut streams: staged, then published when their stream ends (never acknowledged
 before, so discarded when a restart finds them)."""
@@ -163,6 +167,11 @@ class TableStore:
             " table_id UBIGINT NOT NULL, job VARCHAR NOT NULL, rows UBIGINT NOT NULL,"
             " PRIMARY KEY (table_id, job))"
         )
+        self.connection.execute(
+            f"CREATE TABLE IF NOT EXISTS {_STAGED} ("
+            " table_id UBIGINT NOT NULL, job VARCHAR NOT NULL, started_ms BIGINT NOT NULL,"
+            " PRIMARY KEY (table_id, job))"
+        )
         rows = self.connection.execute(
             f"SELECT id, catalog, schema_name, name, table_schema, options, partition_info"
             f" FROM {_META}"
@@ -256,6 +265,7 @@ class TableStore:
                 cur.execute(f"DROP TABLE {entry.staging}")
                 cur.execute(f"DELETE FROM {_META} WHERE id = ?", [entry.id])
                 cur.execute(f"DELETE FROM {_COMMITS} WHERE table_id = ?", [entry.id])
+                cur.execute(f"DELETE FROM {_STAGED} WHERE table_id = ?", [entry.id])
             with self._meta_lock:
                 del self._entries[name]
 
@@ -297,14 +307,21 @@ class TableStore:
             self._publish(altered)
             return altered
 
-    def purge_expired(self) -> int:
-        """Deletes the rows every table's TTL has expired; returns how many."""
+    def purge_expired(self, staging_ttl_ms: int = DEFAULT_STAGING_TTL_MS) -> int:
+        """Deletes the rows every table's TTL has expired, and the staging of jobs begun more
+        than `staging_ttl_ms` ago and never committed nor aborted; returns the rows deleted."""
         deleted = 0
+        cutoff = _now_ms() - staging_ttl_ms
         with self._write_lock:
             for entry in self.tables():
-                if entry.options.ttl_ms is not None:
-                    with _transaction(self.connection.cursor()) as cur:
-                        deleted += _purge(cur, entry)
+                with _transaction(self.connection.cursor()) as cur:
+                    deleted += _purge(cur, entry)
+                    stale = cur.execute(
+                        f"SELECT job FROM {_STAGED} WHERE table_id = ? AND started_ms < ?",
+                        [entry.id, cutoff],
+                    ).fetchall()
+                    for (job,) in stale:
+                        deleted += _discard_job(cur, entry, job)
         return deleted
 
     # --- writes ------------------------------------------------------------------------
@@ -333,6 +350,11 @@ class TableStore:
         for column, value in zip(_STAGE_COLUMNS, tags, strict=True):
             tagged = tagged.append_column(column, pa.repeat(value, len(rows)))
         with self._write_lock, _transaction(self.connection.cursor()) as cur:
+            if not job.startswith(PUT_JOB_PREFIX):  # (a DoPut's job ends with its stream)
+                cur.execute(
+                    f"INSERT INTO {_STAGED} VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                    [entry.id, job, _now_ms()],
+                )
             cur.register("incoming", tagged)
             try:
                 cur.execute(f"INSERT INTO {entry.staging} BY NAME SELECT * FROM incoming")
@@ -365,7 +387,8 @@ class TableStore:
             done = cur.execute(
                 f"SELECT rows FROM {_COMMITS} WHERE table_id = ? AND job = ?", [entry.id, job]
             ).fetchone()
-            if done is not None:
+            if done is not None:  # what came since (a replay, a late attempt) goes
+                _discard_job(cur, entry, job)
                 return int(done[0])
             if overwrite:
                 cur.execute(f"DELETE FROM {entry.physical}")
@@ -387,7 +410,7 @@ class TableStore:
                 raise _duckdb_error(exc) from exc
             finally:
                 cur.unregister("committed")
-            cur.execute(f"DELETE FROM {entry.staging} WHERE __ff_job = ?", [job])
+            _discard_job(cur, entry, job)
             if not job.startswith(PUT_JOB_PREFIX):  # a DoPut's job is never committed twice
                 cur.execute(f"INSERT INTO {_COMMITS} VALUES (?, ?, ?)", [entry.id, job, published])
             return published
@@ -395,10 +418,7 @@ class TableStore:
     def abort_staged(self, name: TableName, job: str) -> int:
         entry = self.entry(name)
         with self._write_lock, _transaction(self.connection.cursor()) as cur:
-            row = cur.execute(
-                f"DELETE FROM {entry.staging} WHERE __ff_job = ? RETURNING 1", [job]
-            ).fetchall()
-            return len(row)
+            return _discard_job(cur, entry, job)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -597,6 +617,13 @@ def _purge(cur: duckdb.DuckDBPyConnection, entry: TableEntry) -> int:
         " < epoch_ms(?::BIGINT)",
         [_now_ms() - entry.options.ttl_ms],
     ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _discard_job(cur: duckdb.DuckDBPyConnection, entry: TableEntry, job: str) -> int:
+    """Drops a job's staged rows (and its record); returns how many rows."""
+    cur.execute(f"DELETE FROM {_STAGED} WHERE table_id = ? AND job = ?", [entry.id, job])
+    row = cur.execute(f"DELETE FROM {entry.staging} WHERE __ff_job = ?", [job]).fetchone()
     return int(row[0]) if row else 0
 
 

@@ -13,15 +13,18 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from anyio.from_thread import start_blocking_portal
 
 from flightfeed.cluster import CoordinatorCluster, serve_in_background
 from flightfeed.errors import FlightfeedError
+from flightfeed.worker import Worker, WorkerConfig
 from helpers.spark_catalog import spark_test_catalog, tagging_session
 
 
@@ -70,6 +73,27 @@ def service() -> Iterator[CoordinatorCluster]:
         spark_test_catalog(), local_workers=4, session_builder=tagging_session
     ) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def table_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    """A worker holding durable tables (in a data directory of its own), served in this
+    process on an event loop of its own, on a free port: its store is
+    `worker.state.tables.store` (read it in process: a second DuckDB connection to the file
+    would find it locked)."""
+    config = WorkerConfig(data_dir=str(tmp_path_factory.mktemp("table-worker")))
+
+    @asynccontextmanager
+    async def serving() -> AsyncIterator[Worker]:
+        # Made on the loop that serves it: its grpclib server keeps the loop current when made.
+        async with Worker(config=config) as worker:
+            yield worker
+
+    with (
+        start_blocking_portal("asyncio") as portal,
+        portal.wrap_async_context_manager(serving()) as worker,
+    ):
+        yield worker
 
 
 def _free_port() -> int:

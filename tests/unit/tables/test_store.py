@@ -519,7 +519,7 @@ def test_a_commit_publishes_exactly_the_committed_attempts_once(
 
 @pytest.mark.parametrize("append", [False, True])
 def test_a_commit_retried_publishes_nothing_more(tables: TableStore, append: bool) -> None:
-    tables.create(T, SCHEMA, APPEND if append else None)
+    entry = tables.create(T, SCHEMA, APPEND if append else None)
     stage_attempts(tables)
     assert tables.commit_staged(T, "job-1", [(0, 1), (1, 0)]) == 3
     # a retried commit (even of other attempts, even after more staging) answers the first
@@ -528,6 +528,20 @@ def test_a_commit_retried_publishes_nothing_more(tables: TableStore, append: boo
     assert tables.commit_staged(T, "job-1", [(0, 1), (1, 0)]) == 3
     assert tables.commit_staged(T, "job-1", [(2, 0)], overwrite=True) == 3
     assert scan_sorted(tables) == [row(1, "p0", 1), row(2, "p0", 1), row(5, "p1", 10)]
+    assert physical_count(tables, entry.staging) == 0  # what came after the commit is gone
+
+
+def test_the_staging_of_an_abandoned_job_is_discarded(tables: TableStore) -> None:
+    """A job whose driver died stages rows nobody commits or aborts: the purge drops them
+    once the job is older than the staging TTL, and keeps it until then."""
+    entry = tables.create(T, SCHEMA, APPEND)
+    stage_attempts(tables, "old")
+    assert tables.purge_expired() == 0  # a day has not passed
+    assert physical_count(tables, entry.staging) == 5
+    stage_attempts(tables, "another")
+    assert tables.purge_expired(staging_ttl_ms=-1) == 10  # both older than "now + 1 ms"
+    assert physical_count(tables, entry.staging) == 0
+    assert tables.commit_staged(T, "old", [(0, 0)]) == 0
 
 
 def test_a_commit_names_one_attempt_per_partition(tables: TableStore) -> None:
