@@ -9,12 +9,15 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.flight as fl
 import pytest
 
-from flightfeed.coordinator import Coordinator
+from flightfeed.cluster import serve
+from flightfeed.coordinator import Catalog, Coordinator, table_command
 from flightfeed.coordinator.resolver import StaticWorkerResolver
 from flightfeed.errors import NotFound
 from flightfeed.plan.aggregate import agg
@@ -187,3 +190,34 @@ async def test_a_partition_on_an_unknown_worker_is_named(three: Cluster) -> None
     stray = PartitionedTable(TableName.of("cpu"), TABLE_SCHEMA, ("host",), ("grpc://127.0.0.1:9",))
     with pytest.raises(NotFound, match=r"grpc://127\.0\.0\.1:9"):
         await three.coordinator.collect(stray.scan())
+
+
+@pytest.mark.anyio
+async def test_a_coordinator_serves_it_to_any_flight_client(three: Cluster) -> None:
+    """In a catalog, the partitioned table is a query like any other: pyarrow's C++ client
+    reads it through the coordinator's Flight service, its filter pruned and pushed down, one
+    endpoint per task, each read from the worker that holds the partition."""
+    catalog = Catalog()
+    catalog.table("cpu", three.table.scan, description="cpu samples, by host over 3 workers")
+    urls = [worker.location for worker in three.workers]
+    one_key = call("equal", col("host"), lit("host-3"))
+    command = table_command("cpu", filters=[one_key], columns=["host", "n"])
+    async with serve(catalog, workers=urls) as cluster:
+
+        def read() -> tuple[pa.Table, list[str]]:
+            client = fl.connect(cluster.location)
+            info = client.get_flight_info(fl.FlightDescriptor.for_command(command))
+            locations = [e.locations[0].uri.decode() for e in info.endpoints]
+            parts = [
+                fl.connect(loc).do_get(e.ticket).read_all()
+                for e, loc in zip(info.endpoints, locations, strict=True)
+            ]
+            return pa.concat_tables(parts), locations
+
+        got, locations = await anyio.to_thread.run_sync(read)
+    rows = data()
+    expected = rows.filter(pc.equal(rows["host"], "host-3")).select(["host", "n"])
+    assert _sorted(got) == _sorted(expected)
+    routed = three.table.route(rows)
+    holder = next(i for i, p in enumerate(routed) if "host-3" in p["host"].to_pylist())
+    assert locations == [three.workers[holder].location]  # the one partition that can match
