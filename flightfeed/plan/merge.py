@@ -51,13 +51,17 @@ class _Pump(Generic[K, T]):
 
 
 async def merge(
-    sources: Mapping[K, AsyncIterator[T]], buffer_per_source: int = 2
+    sources: Mapping[K, AsyncIterator[T]],
+    buffer_per_source: int = 2,
+    *,
+    pump_single: bool = False,
 ) -> AsyncIterator[tuple[K, T]]:
     """(key, item) pairs from every source, in arrival order; a source's error is raised.
 
     Close the result (`closing`) when leaving early: every source is then stopped and closed.
+    A single source is read in the caller's task unless `pump_single` (see `prefetch`).
     """
-    if len(sources) == 1:
+    if len(sources) == 1 and not pump_single:
         ((key, only),) = sources.items()
         async with closing(only) as stream:
             async for value in stream:
@@ -86,3 +90,12 @@ async def merge(
             tg.cancel_scope.cancel()
     if failure is not None and not closed:
         raise failure
+
+
+async def prefetch(source: AsyncIterator[T], buffer: int) -> AsyncIterator[T]:
+    """`source`'s items, pulled by a task of their own up to `buffer` items ahead of the
+    consumer: producing the next overlaps with consuming this one. Close it (`closing`) when
+    leaving early."""
+    async with closing(merge({0: source}, buffer, pump_single=True)) as stream:
+        async for _, item in stream:
+            yield item

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, TypeAlias
 
 import pyarrow as pa
 
@@ -22,16 +22,59 @@ from ..plan.arrow_ipc import read_ipc_stream
 
 _ZSTD_MAGIC: Final = 0xFD2FB528
 _CODEC: Final = pa.Codec("zstd", compression_level=1)
+_VIEW_MIN_BYTES: Final = 4096
+"""Written pieces at least this big are kept as views; smaller ones are copied."""
+
+Buffer: TypeAlias = "bytes | memoryview | pa.Buffer"
 
 CompressionMode = Literal["auto", "always", "never"]
 
 
 def ipc_stream(batch: pa.RecordBatch) -> pa.Buffer:
-    """One batch as a standalone IPC stream (schema, batch, end of stream)."""
+    """One batch as a standalone IPC stream (schema, batch, end of stream), contiguous."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
     return sink.getvalue()
+
+
+class _Pieces:
+    """A write-only file for `pa.ipc.new_stream` keeping what Arrow writes as pieces: body
+    buffers as the `pa.Buffer`s Arrow passes (views of the batch's memory), the small pieces
+    (headers, padding: Arrow may reuse their memory) copied."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.pieces: list[Buffer] = []
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+    def write(self, data: Buffer) -> int:
+        size = memoryview(data).nbytes
+        if isinstance(data, pa.Buffer) and size >= _VIEW_MIN_BYTES:
+            self.pieces.append(data)
+        else:
+            self.pieces.append(bytes(data))
+        self.size += size
+        return size
+
+
+def ipc_stream_pieces(batch: pa.RecordBatch) -> tuple[list[Buffer], int]:
+    """One batch as a standalone IPC stream, as pieces whose large ones are views of the
+    batch's buffers (no copy of the data), and their total size."""
+    sink = _Pieces()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.pieces, sink.size
 
 
 @dataclass
@@ -49,17 +92,28 @@ class Compressor:
 
     def compress(self, raw: pa.Buffer) -> bytes | None:
         """The compressed element, or None to send it as it is."""
-        if self.mode == "never" or raw.size < self.min_bytes:
+        return self._compress(raw) if self._trying(raw.size) else None
+
+    def compress_pieces(self, pieces: Sequence[Buffer], size: int) -> bytes | None:
+        """`compress` of an element held as pieces (joined only when compression is tried)."""
+        if not self._trying(size):
             return None
-        if self.mode == "always":
-            return bytes(_CODEC.compress(raw, asbytes=True))
-        probing = self._paying is None or (
-            not self._paying and self._since_probe >= self.probe_every
-        )
-        if not probing and not self._paying:
-            self._since_probe += 1
-            return None
+        return self._compress(pa.py_buffer(b"".join(memoryview(p) for p in pieces)))
+
+    def _trying(self, size: int) -> bool:
+        if self.mode == "never" or size < self.min_bytes:
+            return False
+        if self.mode == "always" or self._paying:
+            return True
+        if self._paying is None or self._since_probe >= self.probe_every:
+            return True  # the first element, or time to probe again
+        self._since_probe += 1
+        return False
+
+    def _compress(self, raw: pa.Buffer) -> bytes | None:
         packed = bytes(_CODEC.compress(raw, asbytes=True))
+        if self.mode == "always":
+            return packed
         self._paying = len(packed) <= raw.size * self.max_ratio
         self._since_probe = 0
         return packed if self._paying else None
@@ -131,5 +185,6 @@ __all__ = [
     "decode_payload",
     "encode_payload",
     "ipc_stream",
+    "ipc_stream_pieces",
     "zstd_content_size",
 ]

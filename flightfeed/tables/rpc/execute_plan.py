@@ -114,8 +114,7 @@ async def _decode(request: ExecutePlanRequest, session: Session) -> ExecutionPla
 async def _stream(
     plan: ExecutionPlan, ctx: TaskContext, compressor: Compressor, send: Send
 ) -> None:
-    batches = _batches(plan, ctx)
-    async with closing(batches), closing(encoded_batches(batches, compressor)) as messages:
+    async with closing(encoded_batches(_batches(plan, ctx), compressor)) as messages:
         async for message in messages:
             await send(message)
 

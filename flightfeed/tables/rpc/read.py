@@ -1,13 +1,14 @@
 """Read: a table's rows, streamed as ArrowPayloads of one IPC stream per batch.
 
-Each response is written as views around the IPC buffer (no protobuf copy of the data), and
-compressed only while that pays (payload.Compressor). An error after the first batch ends
+Each response is written as views of the batch's own buffers inside protobuf framing (the data
+is never copied on the way out), compressed only while that pays (payload.Compressor), and read
+and encoded a batch ahead of the sending. An error after the first batch ends
 the stream with a response whose header carries it, as HoraeDB does.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Final
 
 import anyio
@@ -17,10 +18,11 @@ from ..._generated.common import ResponseHeader
 from ..._generated.remote_engine import ReadRequest, ReadResponse
 from ...flight.codec import EncodedMessage, grpc_message
 from ...plan.base import closing
+from ...plan.merge import prefetch
 from ...protowire import encode_varint, field_key, len_field_header
 from ..engine import TableEngine, TableRead
 from ..headers import INTERNAL, error_header
-from ..payload import Compressor, ipc_stream
+from ..payload import Buffer, Compressor, ipc_stream_pieces
 from ..requests import deadline_seconds, table_name, table_read
 
 # ReadResponse { header = 1; arrow = 2 }; ArrowPayload { record_batches = 1; compression = 2 }
@@ -28,33 +30,50 @@ _OK_HEADER_FIELD: Final = len_field_header(1, 0)
 _ZSTD_FIELD: Final = field_key(2, 0) + encode_varint(1)
 
 Send = Callable[[EncodedMessage], Awaitable[None]]
+PREFETCH_RESPONSES: Final = 2
+"""Responses read and encoded ahead of the one being sent."""
 
 
-def read_response(element: pa.Buffer | bytes, compressed: bool) -> EncodedMessage:
-    """A ReadResponse with an ok header and one payload element, as buffer views."""
-    size = len(element)
+def read_response(
+    pieces: Sequence[Buffer], size: int, *, compressed: bool = False
+) -> EncodedMessage:
+    """A ReadResponse with an ok header and one payload element (held as `pieces` of `size`
+    bytes in all), as buffer views: protobuf framing around the pieces, no copy of them."""
     inner_tail = _ZSTD_FIELD if compressed else b""
     element_field = len_field_header(1, size)
     payload_size = len(element_field) + size + len(inner_tail)
     arrow_field = len_field_header(2, payload_size)
     head = _OK_HEADER_FIELD + arrow_field + element_field
-    parts = (head, element, inner_tail) if inner_tail else (head, element)
+    parts = (head, *pieces, inner_tail) if inner_tail else (head, *pieces)
     return grpc_message(parts, len(head) + size + len(inner_tail))
 
 
 async def encoded_batches(
     batches: AsyncIterator[pa.RecordBatch], compressor: Compressor
 ) -> AsyncIterator[EncodedMessage]:
-    """One ReadResponse per batch; IPC writing and compression on a worker thread."""
+    """One ReadResponse per batch; IPC writing and compression on a worker thread, a batch
+    ahead of the sending (the next is read and encoded while this one goes out, by a task of
+    its own, which also closes `batches`: the task that iterated them)."""
+    encoded = prefetch(_encoded(batches, compressor), PREFETCH_RESPONSES)
+    async with closing(encoded) as messages:
+        async for message in messages:
+            yield message
+
+
+async def _encoded(
+    batches: AsyncIterator[pa.RecordBatch], compressor: Compressor
+) -> AsyncIterator[EncodedMessage]:
     async with closing(batches):
         async for batch in batches:
             yield await anyio.to_thread.run_sync(_encode, batch, compressor)
 
 
 def _encode(batch: pa.RecordBatch, compressor: Compressor) -> EncodedMessage:
-    raw = ipc_stream(batch)
-    packed = compressor.compress(raw)
-    return read_response(raw, False) if packed is None else read_response(packed, True)
+    pieces, size = ipc_stream_pieces(batch)
+    packed = compressor.compress_pieces(pieces, size)
+    if packed is None:
+        return read_response(pieces, size)
+    return read_response([packed], len(packed), compressed=True)
 
 
 def response_message(response: ReadResponse) -> EncodedMessage:
