@@ -212,8 +212,9 @@ default_message_pool.register_message("remote_engine", "ExecContext", ExecContex
 @dataclass(eq=False, repr=False)
 class ExecutePlanRequest(betterproto2.Message):
     """
-    flightfeed puts its plan (a flightfeed.v1.PhysicalPlanNode) in the bytes of the oneof's
-    field 2; `table` sits outside the oneof.
+    `table` sits outside the oneof. flightfeed adds `flightfeed` to the oneof, a field number
+    HoraeDB does not use: its plans are flightfeed's (a flightfeed.v1.PlanNode), not DataFusion's,
+    and a server that only knows field 2 sees none rather than a plan it would misread.
 
     Oneofs:
         - physical_plan:
@@ -223,6 +224,10 @@ class ExecutePlanRequest(betterproto2.Message):
 
     datafusion: "bytes | None" = betterproto2.field(
         2, betterproto2.TYPE_BYTES, optional=True, group="physical_plan"
+    )
+
+    flightfeed: "bytes | None" = betterproto2.field(
+        100, betterproto2.TYPE_BYTES, optional=True, group="physical_plan"
     )
 
     table: "TableIdentifier | None" = betterproto2.field(

@@ -1,8 +1,9 @@
 """ExecutePhysicalPlan: a flightfeed plan pushed down to the worker's tables, streamed back as
 ReadResponses like a Read.
 
-The plan travels in the `datafusion` bytes of the request's oneof (field 2; the name is the
-protocol's) and is decoded by the caller's session, which also resolves its functions. Its
+The plan travels in the request's oneof as `flightfeed` (field 100, our addition: its bytes do
+not claim to be the DataFusion plan of field 2, which is refused) and is decoded by the
+caller's session, which also resolves its functions. Its
 TableScans read this worker's tables, with `ExecContext.default_catalog`/`default_schema` for
 the parts they leave empty. `ExecContext` is honoured: `timeout_ms` bounds the whole call (the
 wait for a slot too), `priority` orders the wait (PriorityGate), and `explain = Analyze` ends
@@ -105,9 +106,14 @@ async def serve_execute_plan(
 
 
 async def _decode(request: ExecutePlanRequest, session: Session) -> ExecutionPlan:
-    data = request.datafusion
+    if request.datafusion:
+        raise InvalidArgument(
+            "DataFusion plans are not run here: send a flightfeed plan in the request's"
+            " `flightfeed` field (100)"
+        )
+    data = request.flightfeed
     if not data:
-        raise InvalidArgument("the request carries no plan (ExecutePlanRequest field 2)")
+        raise InvalidArgument("the request carries no plan (ExecutePlanRequest.flightfeed, 100)")
     return await off_loop(session.decode_plan, bytes(data), nbytes=len(data))
 
 

@@ -761,10 +761,33 @@ async def slow_session(ctx: WorkerQueryContext) -> Session:
 def plan_request(
     client: Client, plan: ExecutionPlan, *, session: Session | None = None, **context: Any
 ) -> Any:
-    """An ExecutePlanRequest: the plan's bytes in the oneof's field 2 (`datafusion`)."""
+    """An ExecutePlanRequest with the plan's bytes in flightfeed's field 100 of the oneof."""
     options = {"request_id": "wire-plan", "timeout_ms": -1, **context}
     data = (session or Session()).encode_plan(plan)
-    return client.pb.ExecutePlanRequest(context=client.pb.ExecContext(**options), datafusion=data)
+    request = client.pb.ExecutePlanRequest(context=client.pb.ExecContext(**options))
+    return with_flightfeed_plan(client, request, data)
+
+
+def with_flightfeed_plan(client: Client, request: Any, data: bytes) -> Any:
+    """`request` with `data` in field 100 (`bytes flightfeed`): flightfeed's addition to the
+    oneof, which the seed's protos do not have. Protobuf keeps unknown fields, so the seed's
+    message carries it: appended to its bytes, as a field 100 of wire type 2."""
+    key = _varint((100 << 3) | 2)
+    return client.pb.ExecutePlanRequest.FromString(
+        request.SerializeToString() + key + _varint(len(data)) + data
+    )
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
 
 
 def cpu_scan(*columns: str, catalog: str = "", schema: str = "") -> TableScan:
@@ -858,15 +881,24 @@ async def test_bad_plans_are_named_in_the_header(cpu: tuple[Worker, Client]) -> 
         (plan_request(client, missing), NOT_FOUND, "no table flightfeed.public.nope"),
         (pb.ExecutePlanRequest(context=pb.ExecContext()), BAD_REQUEST, "carries no plan"),
         (
-            pb.ExecutePlanRequest(context=pb.ExecContext(), datafusion=b"\x0a\x03abc\x12"),
+            pb.ExecutePlanRequest(context=pb.ExecContext(), datafusion=b"\x0a\x03abc"),
+            BAD_REQUEST,
+            "DataFusion plans are not run here",
+        ),
+        (
+            with_flightfeed_plan(
+                client, pb.ExecutePlanRequest(context=pb.ExecContext()), b"\x0a\x03abc\x12"
+            ),
             BAD_REQUEST,
             "not a valid PlanNode",
         ),
         (
-            plan_request(client, cpu_scan()).__class__(
-                context=pb.ExecContext(),
-                datafusion=Session().encode_plan(cpu_scan()),
-                table=pb.TableIdentifier(table="gone"),
+            with_flightfeed_plan(
+                client,
+                pb.ExecutePlanRequest(
+                    context=pb.ExecContext(), table=pb.TableIdentifier(table="gone")
+                ),
+                Session().encode_plan(cpu_scan()),
             ),
             NOT_FOUND,
             "no table flightfeed.public.gone",
