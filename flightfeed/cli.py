@@ -5,11 +5,13 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--handshake-timeout SECONDS] [--max-connections N]
                   [--plan-wait-timeout SECONDS] [--memory-limit SIZE] [--parquet-root DIR]
                   [--peer URL] [--data-dir DIR] [--table-compression auto|always|never]
+                  [--tls-cert PEM --tls-key PEM [--tls-ca PEM]]
                   [--fanout-claim-timeout SECONDS]
                   [--max-header-list-size BYTES] [--min-receive-rate BYTES_PER_SECOND]
                   [--receive-grace SECONDS] [--idle-timeout SECONDS]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
                   (--worker grpc://host:port ... | --local-workers N)
+                  [--tls-cert PEM --tls-key PEM] [--tls-ca PEM]
 flightfeed demo      the main job on an embedded default (see README)
 flightfeed tables list     --worker URL [--json]
 flightfeed tables create   --worker URL NAME --column NAME:TYPE[:tag][:notnull] ...
@@ -49,6 +51,7 @@ from .flight.connection_limits import (
     default_max_connections,
 )
 from .flight.keepalive import KeepalivePolicy
+from .flight.tls import ClientTls, ServerTls
 from .flight.tuning import run
 from .plan.memory import DEFAULT_MEMORY_FRACTION, default_memory_limit, parse_memory_size
 from .tables_cli import add_tables_parser
@@ -84,7 +87,29 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
             args.data_dir if args.data_dir in (None, ":memory:") else os.path.abspath(args.data_dir)
         ),
         table_compression=args.table_compression,
+        tls=_server_tls(args),
+        peer_tls=_client_tls(args),
     )
+
+
+def _server_tls(args: argparse.Namespace) -> ServerTls | None:
+    """--tls-cert and --tls-key serve over TLS; --tls-ca then requires client certificates it
+    signed (mutual TLS)."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise InvalidArgument("--tls-cert and --tls-key go together")
+    if args.tls_cert is None:
+        if args.tls_ca is not None:
+            raise InvalidArgument("--tls-ca needs --tls-cert and --tls-key")
+        return None
+    return ServerTls(args.tls_cert, args.tls_key, args.tls_ca)
+
+
+def _client_tls(args: argparse.Namespace) -> ClientTls | None:
+    """How this process reaches grpc+tls:// workers: --tls-ca as their root CA, and its own
+    --tls-cert/--tls-key as its client certificate."""
+    if args.tls_ca is None and args.tls_cert is None:
+        return None
+    return ClientTls(args.tls_ca, args.tls_cert, args.tls_key)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -130,6 +155,8 @@ def _coordinator(args: argparse.Namespace) -> int:
                 ttl=args.query_ttl,
                 max_concurrent_queries=args.max_concurrent_queries or None,
                 max_queued_queries=args.max_queued_queries,
+                tls=_server_tls(args),
+                worker_tls=_client_tls(args),
             ) as cluster:
                 tables = ", ".join(sorted(catalog.tables)) or "no tables"
                 print(
@@ -211,6 +238,22 @@ def _memory_size(text: str) -> int:
         return parse_memory_size(text)
     except InvalidArgument as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _add_tls_arguments(parser: argparse.ArgumentParser, who: str) -> None:
+    parser.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help=f"serve over TLS (grpc+tls://) with this certificate chain; the {who} also"
+        " presents it to the workers it reaches",
+    )
+    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    parser.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="the CA of the workers it reaches over grpc+tls://; with --tls-cert, clients must"
+        " also present a certificate this CA signed (mutual TLS)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -306,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="zstd on table reads: auto (while it halves the bytes), always or never",
     )
+    _add_tls_arguments(worker, "worker")
     worker.add_argument(
         "--handshake-timeout",
         type=_non_negative_seconds,
@@ -406,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="queries that may wait for admission; more are refused with RESOURCE_EXHAUSTED "
         "(default: no limit)",
     )
+    _add_tls_arguments(coordinator, "coordinator")
     coordinator.set_defaults(func=_coordinator)
 
     demo = commands.add_parser("demo", help="run the main job on an embedded default")

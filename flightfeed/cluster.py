@@ -23,8 +23,10 @@ from .coordinator.held import DEFAULT_GRACE, DEFAULT_TTL
 from .coordinator.service import CoordinatorService
 from .errors import InvalidArgument
 from .flight.server import FlightServer
+from .flight.tls import ClientTls, ServerTls
 from .flight.tuning import apply_process_tuning, use_uvloop_default
 from .protocol import TYPED_ERRORS
+from .protocol.resolver import ChannelResolver
 from .worker import Worker, WorkerConfig
 
 
@@ -53,11 +55,14 @@ async def serve(
     ttl: float = DEFAULT_TTL,
     grace: float = DEFAULT_GRACE,
     session_builder: Any = None,
+    tls: ServerTls | None = None,
+    worker_tls: ClientTls | None = None,
     **coordinator_options: Any,
 ) -> AsyncIterator[CoordinatorCluster]:
     """Serve `catalog` on `host:port` over the `workers` given and `local_workers` started
     here (real gRPC servers on free ports whose sessions decode the catalog's nodes, or come
-    from `session_builder`)."""
+    from `session_builder`). `tls`: serve over TLS (`grpc+tls://`); `worker_tls`: how to reach
+    `grpc+tls://` workers (their root CA, the certificate the coordinator presents)."""
     if local_workers < 0:
         raise InvalidArgument(f"local_workers must be 0 or more, got {local_workers}")
     async with AsyncExitStack() as stack:
@@ -75,12 +80,14 @@ async def serve(
         if not urls:
             raise InvalidArgument("a coordinator needs workers: give worker URLs or local workers")
         options = catalog.coordinator_options() | coordinator_options
+        if worker_tls is not None and "channels" not in options:
+            options["channels"] = ChannelResolver(tls=worker_tls)
         coordinator = await stack.enter_async_context(
             Coordinator(StaticWorkerResolver(urls), **options)
         )
         service = CoordinatorService(coordinator, catalog, ttl=ttl, grace=grace)
         server = await stack.enter_async_context(
-            FlightServer(service, host=host, port=port, errors=TYPED_ERRORS)
+            FlightServer(service, host=host, port=port, errors=TYPED_ERRORS, tls=tls)
         )
         yield CoordinatorCluster(server.location, coordinator, service, local)
 

@@ -56,6 +56,7 @@ from .internals import (
 from .keepalive import KeepalivePolicy
 from .schema import schema_from_ipc
 from .streams import FlightDataReader, FlightDataWriter
+from .tls import TLS_SCHEME, ClientTls, is_tls_location
 from .wakeup import forget_wakeup_cancel as _forget
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
@@ -68,10 +69,14 @@ BatchSource = AsyncIterable[pa.RecordBatch] | AsyncIterable[tuple[pa.RecordBatch
 
 
 def parse_location(location: str) -> tuple[str, int]:
-    """`grpc://host:port` (or grpc+tcp://, or bare host:port) → (host, port)."""
+    """`grpc://host:port` (or grpc+tcp://, grpc+tls://, or bare host:port) → (host, port)."""
     url = urlparse(location if "://" in location else f"grpc://{location}")
-    if url.scheme not in ("grpc", "grpc+tcp") or not url.hostname or url.port is None:
-        raise InvalidArgument(f"unsupported Flight location {location!r}: want grpc://host:port")
+    schemes = ("grpc", "grpc+tcp", TLS_SCHEME)
+    if url.scheme not in schemes or not url.hostname or url.port is None:
+        raise InvalidArgument(
+            f"unsupported Flight location {location!r}: want grpc://host:port or"
+            " grpc+tls://host:port"
+        )
     return url.hostname, url.port
 
 
@@ -229,15 +234,19 @@ class FlightClient:
         keepalive: KeepalivePolicy | None = None,
         errors: ErrorMapping = PLAIN_ERRORS,
         max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
+        tls: ClientTls | None = None,
     ) -> None:
+        """A `grpc+tls://` location is reached over TLS, checked against `tls.root_ca` (the
+        system's roots without one) and presenting `tls`'s client certificate if it has one."""
         self.location = location
         self.host, self.port = parse_location(location)
+        context = (tls or ClientTls()).context() if is_tls_location(location) else None
         self.metadata = dict(metadata or {})
         self.max_message_size = max_message_size
         self.max_decoded_size = max_decoded_size
         self.timeout = timeout
         self.errors = errors
-        self._channel = GrpcChannel(self.host, self.port, keepalive=keepalive)
+        self._channel = GrpcChannel(self.host, self.port, keepalive=keepalive, ssl=context)
 
     @property
     def connections(self) -> int:

@@ -46,6 +46,7 @@ from .keepalive import KeepalivePolicy
 from .log_limit import RateLimitedLogger
 from .schema import schema_to_ipc
 from .streams import FlightDataReader, FlightDataWriter
+from .tls import TLS_SCHEME, ServerTls
 from .wire import DEFAULT_MAX_MESSAGE_SIZE, recv_raw
 
 log = logging.getLogger(__name__)
@@ -399,10 +400,13 @@ class FlightServer:
         limits: ConnectionLimits | None = None,
         max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
         calls: CallCount | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
+        self.tls = tls
+        self._ssl = tls.context() if tls is not None else None  # (its files read now)
         self._grpc = GrpcServer(
             [FlightService(handler, max_message_size, errors, max_decoded_size), *services],
             max_message_size,
@@ -420,14 +424,15 @@ class FlightServer:
     @property
     def location(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
-        return f"grpc://{host}:{self.port}"
+        scheme = TLS_SCHEME if self.tls is not None else "grpc"
+        return f"{scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
         sock = listening_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
         # grpclib's default backlog of 100 drops the SYNs of a burst of new connections while
         # the loop is busy, and their clients wait seconds to retry.
-        await self._grpc.start(sock=sock, backlog=LISTEN_BACKLOG)
+        await self._grpc.start(sock=sock, backlog=LISTEN_BACKLOG, ssl=self._ssl)
         self._started = True
 
     async def close(self) -> None:

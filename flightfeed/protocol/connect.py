@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from ..errors import InvalidArgument
 from ..flight.client import parse_location
 from ..flight.keepalive import KeepalivePolicy
+from ..flight.tls import ClientTls
 from .channel import WorkerChannel
 from .inprocess import SCHEME as INPROC_SCHEME
 from .inprocess import InProcessWorkerChannel
@@ -30,9 +31,11 @@ def connect_worker(
     *,
     metadata: Mapping[str, str | bytes] | None = None,
     keepalive: KeepalivePolicy | None = None,
+    tls: ClientTls | None = None,
 ) -> WorkerChannel:
-    """A channel to the worker at `url` (nothing is sent until the first call)."""
+    """A channel to the worker at `url` (nothing is sent until the first call); a
+    `grpc+tls://` worker is reached over TLS with `tls`'s root CA and client certificate."""
     check_worker_url(url)
     if url.startswith(INPROC_SCHEME):
         return InProcessWorkerChannel(url, metadata=metadata)
-    return WorkerClient(url, metadata=metadata, keepalive=keepalive)
+    return WorkerClient(url, metadata=metadata, keepalive=keepalive, tls=tls)

@@ -16,6 +16,7 @@ import anyio
 
 from .._version import __version__
 from ..flight.keepalive import WORKER_CLIENT_KEEPALIVE, KeepalivePolicy
+from ..flight.tls import ClientTls
 from .channel import WorkerChannel
 from .connect import connect_worker
 from .version import check_worker_version
@@ -35,8 +36,12 @@ class ChannelResolver:
         check_version: bool = True,
         expected_version: str = __version__,
         keepalive: KeepalivePolicy | None = WORKER_CLIENT_KEEPALIVE,
+        tls: ClientTls | None = None,
     ) -> None:
+        """`tls`: how `grpc+tls://` workers are checked (root CA) and what certificate this
+        side presents to them (for workers that require one)."""
         self._metadata = dict(metadata or {})
+        self._tls = tls
         self._keepalive = keepalive
         self._check_version = check_version
         self._expected = expected_version
@@ -57,7 +62,9 @@ class ChannelResolver:
                 return found
             if self._closed:
                 raise RuntimeError("ChannelResolver is closed")
-            client = connect_worker(url, metadata=self._metadata, keepalive=self._keepalive)
+            client = connect_worker(
+                url, metadata=self._metadata, keepalive=self._keepalive, tls=self._tls
+            )
             try:
                 if self._check_version:
                     await check_worker_version(client, url, self._expected)

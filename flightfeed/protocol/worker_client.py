@@ -51,6 +51,7 @@ from ..flight.internals import (
 )
 from ..flight.keepalive import KeepalivePolicy
 from ..flight.streams import FlightDataReader
+from ..flight.tls import ClientTls
 from ..flight.wakeup import cancel_baseline
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE, send_encoded
 from ..protoencode import encode_message
@@ -162,6 +163,7 @@ class WorkerClient(FlightClient):
         timeout: float | None = None,
         keepalive: KeepalivePolicy | None = None,
         errors: ErrorMapping = TYPED_ERRORS,
+        tls: ClientTls | None = None,
     ) -> None:
         super().__init__(
             location,
@@ -170,6 +172,7 @@ class WorkerClient(FlightClient):
             timeout=timeout,
             keepalive=keepalive,
             errors=errors,
+            tls=tls,
         )
 
     @property

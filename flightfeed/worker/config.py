@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ..flight.connection_limits import ConnectionLimits
 from ..flight.idle_release import DEFAULT_QUIET_SECONDS
 from ..flight.keepalive import WORKER_SERVER_KEEPALIVE, KeepalivePolicy
+from ..flight.tls import ClientTls, ServerTls
 from ..plan.memory import default_memory_limit
 from ..tables.payload import CompressionMode
 
@@ -57,6 +58,10 @@ class WorkerConfig:
         never return them either way).
     table_plan_slots: plans pushed down to the tables (ExecutePhysicalPlan) that run at once;
         more wait, high priority first.
+    tls: serve over TLS with this certificate (`grpc+tls://` locations); with a client CA,
+        every client must present a certificate it signed (mutual TLS). None: plaintext.
+    peer_tls: how this worker reaches `grpc+tls://` peers (their root CA, and the certificate
+        it presents to them).
     """
 
     plan_wait_timeout: float = 10.0
@@ -79,6 +84,8 @@ class WorkerConfig:
     data_dir: str | None = None
     table_compression: CompressionMode = "auto"
     table_purge_interval: float = 600.0
+    tls: ServerTls | None = None
+    peer_tls: ClientTls | None = None
     table_plan_slots: int = field(default_factory=lambda: max(2, os.cpu_count() or 2))
 
     def __post_init__(self) -> None:

@@ -98,6 +98,7 @@ class Worker:
             errors=TYPED_ERRORS,
             max_message_size=max_message_size,
             calls=self.state.calls,
+            tls=self.config.tls,
         )
         self._stack: AsyncExitStack | None = None
 

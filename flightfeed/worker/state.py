@@ -33,7 +33,7 @@ class WorkerState:
     """Times the worker handed freed memory back after going quiet."""
     endpoint: WorkerEndpoint | None = None
     """The worker's own handlers (set when it starts): its tasks read each other through them."""
-    peers: ChannelResolver = field(default_factory=lambda: ChannelResolver(check_version=False))
+    peers: ChannelResolver = field(init=False)
     """Channels to the workers its tasks read from (NetworkShuffle and co.), by URL."""
     tables: TableEngine | None = None
     """The worker's durable tables (WorkerConfig.data_dir), open while it serves."""
@@ -46,6 +46,7 @@ class WorkerState:
         self.memory = MemoryPool(self.config.memory_limit)
         self.parquet_codec = ParquetScanCodec(self.config.parquet_roots)
         self.plan_gate = PriorityGate(self.config.table_plan_slots)
+        self.peers = ChannelResolver(check_version=False, tls=self.config.peer_tls)
 
     def table_engine(self) -> TableEngine:
         """The worker's tables, or a clear refusal when it keeps none."""

@@ -18,7 +18,8 @@ _LOGS: dict[int, Path] = {}
 
 
 def start_worker(*extra: str) -> tuple[subprocess.Popen[str], str]:
-    """Start `flightfeed worker --port 0 ...`; the process and its grpc:// location. Its log
+    """Start `flightfeed worker --port 0 ...`; the process and its location (grpc://, or
+    grpc+tls:// with --tls-cert). Its log
     goes to a file (`worker_log`): a pipe nobody reads would fill and block the worker."""
     log = Path(tempfile.mkstemp(prefix="flightfeed-worker-", suffix=".log")[1])
     with log.open("w") as log_file:
@@ -32,7 +33,9 @@ def start_worker(*extra: str) -> tuple[subprocess.Popen[str], str]:
     _LOGS[proc.pid] = log
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert "listening on grpc://" in line, line + log.read_text()
+    assert "listening on grpc://" in line or "listening on grpc+tls://" in line, (
+        line + log.read_text()
+    )
     return proc, line.rsplit(" ", 1)[1].strip()
 
 

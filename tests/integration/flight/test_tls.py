@@ -1,0 +1,152 @@
+"""TLS and mutual TLS on a real worker (`grpc+tls://`): pyarrow's C++ Flight client with and
+without a client certificate, flightfeed's own client, and a coordinator running a shuffled
+query over two mutual-TLS workers that read each other over TLS too. Certificates come from
+trustme, a test CA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as fl
+import pyarrow.parquet as pq
+import pytest
+import trustme
+from helpers.worker_process import worker_process
+
+from flightfeed.coordinator import Coordinator
+from flightfeed.coordinator.resolver import StaticWorkerResolver
+from flightfeed.errors import FlightfeedError
+from flightfeed.flight.client import FlightClient
+from flightfeed.flight.tls import ClientTls, ServerTls
+from flightfeed.plan.aggregate import agg
+from flightfeed.plan.builder import plan_from
+from flightfeed.plan.expr import col
+from flightfeed.plan.nodes import ParquetScan
+from flightfeed.protocol.resolver import ChannelResolver
+from flightfeed.worker import Worker, WorkerConfig
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca: Path
+    server: ServerTls
+    mutual: ServerTls
+    client: ClientTls
+    """Trusts the CA and presents a client certificate it signed."""
+    client_cert: Path
+    client_key: Path
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    where = tmp_path_factory.mktemp("tls")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(where / "ca.pem"))
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    server.cert_chain_pems[0].write_to_path(str(where / "server.pem"))
+    for pem in server.cert_chain_pems[1:]:
+        pem.write_to_path(str(where / "server.pem"), append=True)
+    server.private_key_pem.write_to_path(str(where / "server.key"))
+    client = ca.issue_cert("client.flightfeed.test")
+    client.cert_chain_pems[0].write_to_path(str(where / "client.pem"))
+    client.private_key_pem.write_to_path(str(where / "client.key"))
+    server_tls = ServerTls(str(where / "server.pem"), str(where / "server.key"))
+    ca_path, client_pem, client_key = where / "ca.pem", where / "client.pem", where / "client.key"
+    return Certificates(
+        ca=ca_path,
+        server=server_tls,
+        mutual=ServerTls(server_tls.cert_chain, server_tls.private_key, str(ca_path)),
+        client=ClientTls(str(ca_path), str(client_pem), str(client_key)),
+        client_cert=client_pem,
+        client_key=client_key,
+    )
+
+
+def actions(location: str, **options: object) -> list[str]:
+    with fl.connect(location, **options) as client:
+        return [a.type for a in client.list_actions()]
+
+
+async def test_pyarrow_reads_a_worker_over_tls(certs: Certificates) -> None:
+    async with Worker(config=WorkerConfig(tls=certs.server)) as worker:
+        assert worker.location.startswith("grpc+tls://127.0.0.1:")
+        root = certs.ca.read_bytes()
+        got = await anyio.to_thread.run_sync(lambda: actions(worker.location, tls_root_certs=root))
+        assert "create_table" in got
+        plain = worker.location.replace("grpc+tls://", "grpc://")
+        with pytest.raises(fl.FlightUnavailableError):
+            await anyio.to_thread.run_sync(lambda: actions(plain))  # plaintext is not served
+
+
+async def test_mutual_tls_needs_a_client_certificate(certs: Certificates) -> None:
+    async with Worker(config=WorkerConfig(tls=certs.mutual)) as worker:
+        root = certs.ca.read_bytes()
+        with pytest.raises(fl.FlightUnavailableError):
+            await anyio.to_thread.run_sync(lambda: actions(worker.location, tls_root_certs=root))
+        cert, key = certs.client_cert.read_bytes(), certs.client_key.read_bytes()
+        got = await anyio.to_thread.run_sync(
+            lambda: actions(worker.location, tls_root_certs=root, cert_chain=cert, private_key=key)
+        )
+        assert "create_table" in got
+
+
+async def test_flightfeed_clients_check_the_server(certs: Certificates) -> None:
+    async with Worker(config=WorkerConfig(tls=certs.mutual)) as worker:
+        async with FlightClient(worker.location, tls=certs.client) as client:
+            assert "create_table" in [a.type for a in await client.list_actions()]
+        untrusted = ClientTls(
+            cert_chain=certs.client.cert_chain, private_key=certs.client.private_key
+        )
+        async with FlightClient(worker.location, tls=untrusted) as client:
+            with pytest.raises(FlightfeedError):  # the system's roots do not know the test CA
+                await client.list_actions()
+
+
+async def test_a_shuffled_query_over_mutual_tls_workers(
+    certs: Certificates, tmp_path: Path
+) -> None:
+    rows = pa.table({"k": pa.array([i % 7 for i in range(700)]), "v": pa.array(range(700))})
+    pq.write_table(rows, tmp_path / "rows.parquet", row_group_size=100)
+    config = WorkerConfig(tls=certs.mutual, peer_tls=certs.client, parquet_roots=(str(tmp_path),))
+    scan = ParquetScan.from_paths(str(tmp_path / "rows.parquet"), partitions=4)
+    async with Worker(config=config) as first, Worker(config=config) as second:
+        resolver = StaticWorkerResolver([first.location, second.location])
+        channels = ChannelResolver(tls=certs.client)
+        async with Coordinator(resolver, channels=channels) as coordinator:
+            plan = (
+                plan_from(scan)
+                .aggregate([(col("k"), "k")], [agg("sum", col("v"), name="total")])
+                .plan
+            )
+            explained = await coordinator.explain(plan)
+            got = await coordinator.collect(plan)
+    assert "NetworkShuffle" in explained  # the workers read each other, over TLS
+    expected = rows.group_by("k").aggregate([("v", "sum")])
+    assert sorted(zip(got["k"].to_pylist(), got["total"].to_pylist(), strict=True)) == sorted(
+        zip(expected["k"].to_pylist(), expected["v_sum"].to_pylist(), strict=True)
+    )
+    assert pc.sum(got["total"]).as_py() == sum(range(700))
+
+
+def test_the_worker_command_serves_mutual_tls(certs: Certificates) -> None:
+    tls = certs.mutual
+    args = ("--tls-cert", tls.cert_chain, "--tls-key", tls.private_key, "--tls-ca", str(certs.ca))
+    with worker_process(*args) as (_, location):
+        assert location.startswith("grpc+tls://")
+        root, cert = certs.ca.read_bytes(), certs.client_cert.read_bytes()
+        key = certs.client_key.read_bytes()
+        got = actions(location, tls_root_certs=root, cert_chain=cert, private_key=key)
+        assert "create_table" in got
+        with pytest.raises(fl.FlightUnavailableError):
+            actions(location, tls_root_certs=root)  # no client certificate
+
+
+def test_a_client_certificate_needs_its_key() -> None:
+    with pytest.raises(FlightfeedError, match="private key"):
+        ClientTls(cert_chain="client.pem")
