@@ -10,10 +10,16 @@ from flightfeed.tables.priority import PriorityGate
 
 
 async def _hold(
-    gate: PriorityGate, low: bool, order: list[str], name: str, go: anyio.Event
+    gate: PriorityGate,
+    low: bool,
+    order: list[str],
+    name: str,
+    go: anyio.Event,
+    entered: dict[str, anyio.Event],
 ) -> None:
     async with gate.slot(low=low):
         order.append(name)
+        entered[name].set()
         await go.wait()
 
 
@@ -21,20 +27,23 @@ async def _hold(
 async def test_under_load_high_priority_waiters_go_first() -> None:
     gate = PriorityGate(1)
     order: list[str] = []
-    release = [anyio.Event() for _ in range(5)]
+    release = [anyio.Event() for _ in range(4)]
+    entered = {name: anyio.Event() for name in ("first", "low-1", "low-2", "high")}
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_hold, gate, False, order, "first", release[0])
-        await _until(lambda: gate.running == 1)
-        tg.start_soon(_hold, gate, True, order, "low-1", release[1])
-        await _until(lambda: gate.waiting == (0, 1))
-        tg.start_soon(_hold, gate, True, order, "low-2", release[2])
-        await _until(lambda: gate.waiting == (0, 2))
-        tg.start_soon(_hold, gate, False, order, "high", release[3])
-        await _until(lambda: gate.waiting == (1, 2))
+        tg.start_soon(_hold, gate, False, order, "first", release[0], entered)
+        await entered["first"].wait()
+        tg.start_soon(_hold, gate, True, order, "low-1", release[1], entered)
+        await gate.wait_until(lambda g: g.waiting == (0, 1))
+        tg.start_soon(_hold, gate, True, order, "low-2", release[2], entered)
+        await gate.wait_until(lambda g: g.waiting == (0, 2))
+        tg.start_soon(_hold, gate, False, order, "high", release[3], entered)
+        await gate.wait_until(lambda g: g.waiting == (1, 2))
         # each holder lets go in turn; the next in line is the high one, then the lows in order
-        for holder, expected in ((0, "high"), (3, "low-1"), (1, "low-2")):
+        for holder, following in ((0, "high"), (3, "low-1"), (1, "low-2")):
             release[holder].set()
-            await _until(lambda expected=expected: order[-1] == expected)
+            with anyio.fail_after(5):  # another order would have let another one in
+                await entered[following].wait()
+            assert order[-1] == following
         release[2].set()
     assert order == ["first", "high", "low-1", "low-2"]
     assert gate.running == 0
@@ -65,12 +74,3 @@ async def test_a_cancelled_waiter_gives_its_place_back() -> None:
 def test_a_gate_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
         PriorityGate(0)
-
-
-async def _until(condition: object) -> None:
-    """Let the other tasks run until `condition()` holds (each check yields to them)."""
-    for _ in range(1000):
-        if condition():  # type: ignore[operator]
-            return
-        await anyio.lowlevel.checkpoint()
-    raise AssertionError("the condition never held")
