@@ -28,7 +28,11 @@ import flightfeed.tables.flight as table_flight
 from flightfeed._generated.flightfeed.v1 import CreateTable, RowCount, TableRef
 from flightfeed.errors import InvalidArgument
 from flightfeed.spark import FlightfeedDataSource, TableCommitMessage, stream_job
-from flightfeed.spark.writer import FlightfeedTableWriter, TableWriteRefused
+from flightfeed.spark.writer import (
+    FlightfeedStreamTableWriter,
+    FlightfeedTableWriter,
+    TableWriteRefused,
+)
 from flightfeed.tables.schema import TableSchema
 from flightfeed.tables.store import TableName
 from flightfeed.worker import Worker
@@ -290,6 +294,7 @@ def test_a_retried_task_lands_once(
         from pyspark import TaskContext
 
         context = TaskContext.get()
+        assert context is not None  # (this runs in a Spark task)
         if context.partitionId() == 1 and context.attemptNumber() == 0:
             seen[0] += 1
             if seen[0] == 250:  # in its third batch of 100: wait until the first ones are staged
@@ -467,6 +472,7 @@ def test_a_stream_lands_once_per_micro_batch_and_a_replay_adds_nothing(
     # tasks stage the rows again and its commit publishes nothing.
     options = {"uri": table_worker.location, "table": table, "checkpointLocation": checkpoint}
     writer = FlightfeedDataSource(options).streamWriter(from_schema(spark, files[1]), False)
+    assert isinstance(writer, FlightfeedStreamTableWriter)
     job = stream_job(first.id, 1)
     staged = writer.target.stage(job, 0, 12345, files[1].to_batches())
     assert staged == 400
