@@ -42,6 +42,7 @@ from .._generated.flightfeed.v1 import (
     TableTicket,
 )
 from ..errors import InvalidArgument, Unimplemented
+from ..flight.client import path_descriptor
 from ..flight.schema import schema_to_ipc
 from ..flight.server import PutResultWriter
 from ..flight.streams import FlightDataReader, FlightDataWriter
@@ -257,9 +258,7 @@ class TableFlight:
             name = entry.name
             yield FlightInfo(
                 schema=schema_to_ipc(entry.schema.arrow),
-                flight_descriptor=FlightDescriptor(
-                    type=1, path=[name.catalog, name.schema, name.table]
-                ),
+                flight_descriptor=path_descriptor(name.catalog, name.schema, name.table),
                 total_records=-1,
                 total_bytes=-1,
             )
