@@ -41,6 +41,7 @@ import anyio
 from ._version import __version__
 from .coordinator.admission import DEFAULT_MAX_CONCURRENT_QUERIES
 from .errors import FlightfeedError, InvalidArgument
+from .flight.auth import BearerTokens, read_tokens
 from .flight.connection_limits import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -89,7 +90,20 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         table_compression=args.table_compression,
         tls=_server_tls(args),
         peer_tls=_client_tls(args),
+        auth=_auth(args),
+        peer_token=_own_token(args),
     )
+
+
+def _auth(args: argparse.Namespace) -> BearerTokens | None:
+    """--auth-token-file: the tokens a call may carry (one per line)."""
+    return BearerTokens(read_tokens(args.auth_token_file)) if args.auth_token_file else None
+
+
+def _own_token(args: argparse.Namespace) -> str | None:
+    """The token this process sends the workers it calls: the file's first."""
+    tokens = read_tokens(args.auth_token_file) if args.auth_token_file else []
+    return tokens[0] if tokens else None
 
 
 def _server_tls(args: argparse.Namespace) -> ServerTls | None:
@@ -157,6 +171,8 @@ def _coordinator(args: argparse.Namespace) -> int:
                 max_queued_queries=args.max_queued_queries,
                 tls=_server_tls(args),
                 worker_tls=_client_tls(args),
+                auth=_auth(args),
+                worker_token=_own_token(args),
             ) as cluster:
                 tables = ", ".join(sorted(catalog.tables)) or "no tables"
                 print(
@@ -248,6 +264,12 @@ def _add_tls_arguments(parser: argparse.ArgumentParser, who: str) -> None:
         " presents it to the workers it reaches",
     )
     parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    parser.add_argument(
+        "--auth-token-file",
+        metavar="FILE",
+        help="require a bearer token (one of the file's lines) on every call; the first is"
+        f" also the one the {who} sends the workers it calls",
+    )
     parser.add_argument(
         "--tls-ca",
         metavar="PEM",

@@ -22,6 +22,7 @@ from .coordinator.catalog import Catalog
 from .coordinator.held import DEFAULT_GRACE, DEFAULT_TTL
 from .coordinator.service import CoordinatorService
 from .errors import InvalidArgument
+from .flight.auth import Authenticator, bearer
 from .flight.server import FlightServer
 from .flight.tls import ClientTls, ServerTls
 from .flight.tuning import apply_process_tuning, use_uvloop_default
@@ -57,12 +58,16 @@ async def serve(
     session_builder: Any = None,
     tls: ServerTls | None = None,
     worker_tls: ClientTls | None = None,
+    auth: Authenticator | None = None,
+    worker_token: str | None = None,
     **coordinator_options: Any,
 ) -> AsyncIterator[CoordinatorCluster]:
     """Serve `catalog` on `host:port` over the `workers` given and `local_workers` started
     here (real gRPC servers on free ports whose sessions decode the catalog's nodes, or come
     from `session_builder`). `tls`: serve over TLS (`grpc+tls://`); `worker_tls`: how to reach
-    `grpc+tls://` workers (their root CA, the certificate the coordinator presents)."""
+    `grpc+tls://` workers (their root CA, the certificate the coordinator presents). `auth`:
+    who may call the service (flight/auth.py); `worker_token`: the bearer token sent to the
+    workers."""
     if local_workers < 0:
         raise InvalidArgument(f"local_workers must be 0 or more, got {local_workers}")
     async with AsyncExitStack() as stack:
@@ -80,14 +85,15 @@ async def serve(
         if not urls:
             raise InvalidArgument("a coordinator needs workers: give worker URLs or local workers")
         options = catalog.coordinator_options() | coordinator_options
-        if worker_tls is not None and "channels" not in options:
-            options["channels"] = ChannelResolver(tls=worker_tls)
+        if (worker_tls is not None or worker_token is not None) and "channels" not in options:
+            metadata = bearer(worker_token) if worker_token is not None else None
+            options["channels"] = ChannelResolver(tls=worker_tls, metadata=metadata)
         coordinator = await stack.enter_async_context(
             Coordinator(StaticWorkerResolver(urls), **options)
         )
         service = CoordinatorService(coordinator, catalog, ttl=ttl, grace=grace)
         server = await stack.enter_async_context(
-            FlightServer(service, host=host, port=port, errors=TYPED_ERRORS, tls=tls)
+            FlightServer(service, host=host, port=port, errors=TYPED_ERRORS, tls=tls, auth=auth)
         )
         yield CoordinatorCluster(server.location, coordinator, service, local)
 

@@ -153,6 +153,13 @@ class Unimplemented(FlightfeedError):
     code = "UNIMPLEMENTED"
 
 
+class Unauthenticated(FlightfeedError):
+    """The call carries no valid credentials (a bearer token) for this server."""
+
+    status = Status.UNAUTHENTICATED
+    code = "UNAUTHENTICATED"
+
+
 class AlreadyExists(FlightfeedError):
     """The request would create something that exists already (a table of that name)."""
 
@@ -202,6 +209,7 @@ ERROR_KINDS: dict[str, type[FlightfeedError]] = {
         Unimplemented,
         AlreadyExists,
         Conflict,
+        Unauthenticated,
     )
 }
 """Error class by `code`: how a peer's error is rebuilt as the same class."""

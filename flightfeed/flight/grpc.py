@@ -26,6 +26,7 @@ from hyperframe.frame import GoAwayFrame
 from ..errors import ResourceExhausted
 from ..messages import parse_strict
 from ..protoencode import encode_message
+from .auth import REFUSED, Authenticator
 from .call_count import CallCount
 from .churn_collect import ChurnCollector
 from .connection_guard import ConnectionGuard
@@ -353,8 +354,34 @@ class TunedH2Protocol(H2Protocol):
         self.handler.close()
 
 
-def _refused(headers: Iterable[tuple[str, str]]) -> tuple[Status, str] | None:
-    headers = list(headers)
+HANDSHAKE_PATH: Final = "/arrow.flight.protocol.FlightService/Handshake"
+
+
+def _checker(auth: Authenticator | None) -> Callable[[Iterable[tuple[str, str]]], Any]:
+    """The server's check of each call's headers: the header rules, then `auth` (but for
+    Flight's Handshake, which checks the credentials it is given itself)."""
+
+    def check(headers: Iterable[tuple[str, str]]) -> tuple[Status, str] | None:
+        headers = list(headers)
+        refused = _refused(headers)
+        if refused is not None or auth is None:
+            return refused
+        path = next((value for name, value in headers if name == ":path"), "")
+        if path == HANDSHAKE_PATH or auth(headers):
+            return None
+        limited_log.log(
+            ("refused", Status.UNAUTHENTICATED),
+            logging.INFO,
+            "refused a call to %r: %s",
+            path[:128],
+            REFUSED,
+        )
+        return Status.UNAUTHENTICATED, REFUSED
+
+    return check
+
+
+def _refused(headers: list[tuple[str, str]]) -> tuple[Status, str] | None:
     found = refusal(headers)
     if found is None:
         return None
@@ -380,12 +407,13 @@ class GrpcServer(ServerBase):
         keepalive: KeepalivePolicy | None = None,
         limits: ConnectionLimits | None = None,
         calls: CallCount | None = None,
+        auth: Authenticator | None = None,
     ) -> None:
         apply_process_tuning()
         super().__init__(
             handlers,
             raw_message_type=RawBytes,
-            check=_refused,
+            check=_checker(auth),
             calls=calls,
             codec=MessageCodec(max_message_size),
             config=grpc_config(),

@@ -121,4 +121,18 @@ def limit_logger(name: str, limit: LogLimit | None = None) -> None:
         logger.addFilter(RateLimitFilter(limit))
 
 
-__all__ = ["LogLimit", "RateLimitFilter", "RateLimitedLogger", "limit_logger"]
+HEADER_LOGGERS = ("hpack", "h2")
+"""Libraries whose DEBUG lines print every header decoded or sent, `authorization` included."""
+
+
+def quiet_header_logs() -> None:
+    """Keep the HTTP/2 libraries' DEBUG lines, which hold request headers and so credentials,
+    out of the logs even when the application logs at DEBUG (idempotent; a level set higher
+    is kept)."""
+    for name in HEADER_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level < logging.INFO:
+            logger.setLevel(logging.INFO)
+
+
+__all__ = ["LogLimit", "RateLimitFilter", "RateLimitedLogger", "limit_logger", "quiet_header_logs"]

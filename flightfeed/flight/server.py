@@ -35,7 +35,8 @@ from .._generated.arrow.flight.protocol import (
     SchemaResult,
     Ticket,
 )
-from ..errors import FlightfeedError, InvalidArgument, Unimplemented
+from ..errors import FlightfeedError, InvalidArgument, Unauthenticated, Unimplemented
+from .auth import AUTHORIZATION, REFUSED, Authenticator, basic_password, bearer, bearer_token
 from .call_count import CallCount
 from .codec import DEFAULT_MAX_DECODED_SIZE
 from .connection_limits import ConnectionLimits
@@ -251,11 +252,15 @@ class FlightService:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         errors: ErrorMapping = PLAIN_ERRORS,
         max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
+        auth: Authenticator | None = None,
     ) -> None:
+        """With `auth`, Handshake checks the credentials a client sends (auth.py); without,
+        it is the handler's."""
         self.handler = handler
         self.max_message_size = max_message_size
         self.max_decoded_size = max_decoded_size
         self.errors = errors
+        self.auth = auth
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
         rpcs: list[tuple[str, Body, Cardinality, type, type]] = [
@@ -302,12 +307,30 @@ class FlightService:
         }
 
     async def _handshake(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+        if self.auth is not None:
+            await self._authenticate(stream, ctx, self.auth)
+            return
+
         async def requests() -> AsyncIterator[HandshakeRequest]:
             async for request in receive_messages(stream, HandshakeRequest, self.max_message_size):
                 yield request
 
         async for response in self.handler.handshake(ctx, requests()):
             await stream.send_message(response)
+
+    async def _authenticate(
+        self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext, auth: Authenticator
+    ) -> None:
+        """A bearer token, or Basic credentials whose password is one: the answer's headers
+        carry `authorization: Bearer <token>`, what the client then sends with every call."""
+        headers = ctx.text_headers()
+        token = bearer_token(headers) or basic_password(headers)
+        if not token or not auth([(AUTHORIZATION, f"Bearer {token}")]):
+            raise Unauthenticated(REFUSED)
+        async for _ in receive_messages(stream, HandshakeRequest, self.max_message_size):
+            pass
+        await stream.send_initial_metadata(metadata=bearer(token))
+        await stream.send_message(HandshakeResponse(payload=b""))
 
     async def _list_flights(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
@@ -401,18 +424,21 @@ class FlightServer:
         max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE,
         calls: CallCount | None = None,
         tls: ServerTls | None = None,
+        auth: Authenticator | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
         self.port = port
         self.tls = tls
         self._ssl = tls.context() if tls is not None else None  # (its files read now)
+        flight = FlightService(handler, max_message_size, errors, max_decoded_size, auth=auth)
         self._grpc = GrpcServer(
-            [FlightService(handler, max_message_size, errors, max_decoded_size), *services],
+            [flight, *services],
             max_message_size,
             keepalive=keepalive,
             limits=limits,
             calls=calls,
+            auth=auth,
         )
         self._started = False
 

@@ -28,6 +28,8 @@ from typing import Any, Final, TypeVar
 import h2.settings
 from grpclib.config import Configuration
 
+from .log_limit import quiet_header_logs
+
 MAX_FRAME_SIZE: Final = 4 * 1024 * 1024
 WINDOW_SIZE: Final = 4 * 1024 * 1024
 MAX_CONCURRENT_STREAMS: Final = 1024
@@ -123,7 +125,8 @@ def advertise_settings(h2_connection: Any, max_header_list_size: int | None = No
 
 
 def apply_process_tuning() -> None:
-    """Idempotent process-wide tuning: malloc thresholds and the h2 repr patch."""
+    """Idempotent process-wide tuning: malloc thresholds, the h2 repr patch, and the HTTP/2
+    libraries' header logging kept quiet (it would print credentials)."""
     global _applied
     if _applied:
         return
@@ -131,6 +134,7 @@ def apply_process_tuning() -> None:
     if os.environ.get("FLIGHTFEED_NO_MALLOC_TUNING") != "1":
         tune_malloc()
     patch_h2_frame_repr()
+    quiet_header_logs()
 
 
 def tune_gc() -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..flight.auth import Authenticator
 from ..flight.connection_limits import ConnectionLimits
 from ..flight.idle_release import DEFAULT_QUIET_SECONDS
 from ..flight.keepalive import WORKER_SERVER_KEEPALIVE, KeepalivePolicy
@@ -62,6 +63,9 @@ class WorkerConfig:
         every client must present a certificate it signed (mutual TLS). None: plaintext.
     peer_tls: how this worker reaches `grpc+tls://` peers (their root CA, and the certificate
         it presents to them).
+    auth: who may call the worker: every call on its port must carry credentials this accepts
+        (flight/auth.py: BearerTokens, or any callable of the headers). None: anyone.
+    peer_token: the bearer token this worker sends its peers (NetworkShuffle and co.).
     """
 
     plan_wait_timeout: float = 10.0
@@ -86,6 +90,8 @@ class WorkerConfig:
     table_purge_interval: float = 600.0
     tls: ServerTls | None = None
     peer_tls: ClientTls | None = None
+    auth: Authenticator | None = None
+    peer_token: str | None = None
     table_plan_slots: int = field(default_factory=lambda: max(2, os.cpu_count() or 2))
 
     def __post_init__(self) -> None:

@@ -99,6 +99,7 @@ class Worker:
             max_message_size=max_message_size,
             calls=self.state.calls,
             tls=self.config.tls,
+            auth=self.config.auth,
         )
         self._stack: AsyncExitStack | None = None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import Unimplemented
+from ..flight.auth import bearer
 from ..flight.call_count import CallCount
 from ..plan.memory import MemoryPool
 from ..plan.nodes import ParquetScanCodec
@@ -46,7 +47,12 @@ class WorkerState:
         self.memory = MemoryPool(self.config.memory_limit)
         self.parquet_codec = ParquetScanCodec(self.config.parquet_roots)
         self.plan_gate = PriorityGate(self.config.table_plan_slots)
-        self.peers = ChannelResolver(check_version=False, tls=self.config.peer_tls)
+        token = self.config.peer_token
+        self.peers = ChannelResolver(
+            check_version=False,
+            tls=self.config.peer_tls,
+            metadata=bearer(token) if token is not None else None,
+        )
 
     def table_engine(self) -> TableEngine:
         """The worker's tables, or a clear refusal when it keeps none."""

@@ -7,7 +7,9 @@ from grpclib.const import Status
 
 from flightfeed.errors import (
     ERROR_KINDS,
+    AlreadyExists,
     Cancelled,
+    Conflict,
     ErrorOrigin,
     ExecutionError,
     FeedError,
@@ -16,6 +18,7 @@ from flightfeed.errors import (
     NotFound,
     PlanDecodeError,
     ResourceExhausted,
+    Unauthenticated,
     Unimplemented,
     UnknownUdfError,
     VersionMismatch,
@@ -45,6 +48,9 @@ def test_every_kind_has_a_wire_code_and_a_distinct_code() -> None:
         (Cancelled, Status.CANCELLED),
         (ResourceExhausted, Status.RESOURCE_EXHAUSTED),
         (Unimplemented, Status.UNIMPLEMENTED),
+        (Unauthenticated, Status.UNAUTHENTICATED),
+        (AlreadyExists, Status.ALREADY_EXISTS),
+        (Conflict, Status.FAILED_PRECONDITION),
     ],
 )
 def test_each_kind_maps_to_its_status(cls: type[FlightfeedError], status: Status) -> None:

@@ -1,0 +1,110 @@
+"""Who may call a server: a bearer token in the `authorization` header of every call, on every
+service of the port (Flight, the WorkerService, the tables' RemoteEngineService), checked
+before any handler runs.
+
+`BearerTokens` accepts a set of tokens (kept as SHA-256 digests, compared in constant time);
+any callable that receives a call's headers and says yes or no works too. Flight's Handshake
+is how clients that speak Basic auth (pyarrow's `authenticate_basic_token`) get the header:
+with a valid token as their password, the answer carries `authorization: Bearer <token>`.
+A token never appears in a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Iterable, Sequence
+from typing import Final, Protocol
+
+from ..errors import InvalidArgument
+
+AUTHORIZATION: Final = "authorization"
+_BEARER: Final = "bearer "
+_BASIC: Final = "basic "
+REFUSED: Final = "missing or invalid bearer token in the authorization header"
+
+Headers = Sequence[tuple[str, str]]
+
+
+class Authenticator(Protocol):
+    def __call__(self, headers: Headers, /) -> bool:
+        """Whether the call with these request headers may run."""
+        ...
+
+
+class BearerTokens:
+    """`authorization: Bearer <token>` with one of `tokens`."""
+
+    def __init__(self, tokens: Iterable[str]) -> None:
+        self._digests = [_digest(t) for t in tokens if t]
+        if not self._digests:
+            raise InvalidArgument("an authenticator needs at least one token")
+
+    @classmethod
+    def from_file(cls, path: str) -> BearerTokens:
+        return cls(read_tokens(path))
+
+    def accepts(self, token: str) -> bool:
+        digest = _digest(token)
+        found = False
+        for known in self._digests:  # every one compared: no early exit to time
+            found |= hmac.compare_digest(digest, known)
+        return found
+
+    def __call__(self, headers: Headers, /) -> bool:
+        token = bearer_token(headers)
+        return token is not None and self.accepts(token)
+
+
+def read_tokens(path: str) -> list[str]:
+    """A token file: one token per line (blank lines and lines starting with # skipped)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = [line.strip() for line in file]
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read the token file {path!r}: {exc}") from exc
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def bearer_token(headers: Headers) -> str | None:
+    """The token of an `authorization: Bearer <token>` header, if there is one."""
+    for name, value in headers:
+        if name == AUTHORIZATION and value[: len(_BEARER)].lower() == _BEARER:
+            return value[len(_BEARER) :].strip()
+    return None
+
+
+def basic_password(headers: Headers) -> str | None:
+    """The password of an `authorization: Basic <base64 user:password>` header."""
+    for name, value in headers:
+        if name == AUTHORIZATION and value[: len(_BASIC)].lower() == _BASIC:
+            try:
+                decoded = base64.b64decode(value[len(_BASIC) :].strip(), validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+            _, _, password = decoded.partition(":")
+            return password
+    return None
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The header a client sends with every call."""
+    return {AUTHORIZATION: f"Bearer {token}"}
+
+
+__all__ = [
+    "AUTHORIZATION",
+    "REFUSED",
+    "Authenticator",
+    "BearerTokens",
+    "basic_password",
+    "bearer",
+    "bearer_token",
+    "read_tokens",
+]

@@ -1,0 +1,153 @@
+"""Bearer-token auth on a real worker: every call of every service on the port is refused
+without a valid token (pyarrow's C++ client, flightfeed's clients, the WorkerService, the
+tables' RemoteEngineService), Basic credentials get the token through Flight's Handshake,
+workers and a coordinator send theirs to each other, and no token reaches a log line."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import anyio
+import pyarrow as pa
+import pyarrow.flight as fl
+import pyarrow.parquet as pq
+import pytest
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from helpers.worker_process import worker_process
+
+from flightfeed._generated.flightfeed.v1 import GetWorkerInfoRequest, WorkerServiceStub
+from flightfeed._generated.remote_engine import (
+    GetTableInfoRequest,
+    RemoteEngineServiceStub,
+    TableIdentifier,
+)
+from flightfeed.coordinator import Coordinator
+from flightfeed.coordinator.resolver import StaticWorkerResolver
+from flightfeed.errors import FlightfeedError
+from flightfeed.flight.auth import BearerTokens, bearer
+from flightfeed.flight.client import FlightClient, parse_location
+from flightfeed.plan.aggregate import agg
+from flightfeed.plan.builder import plan_from
+from flightfeed.plan.expr import col
+from flightfeed.plan.nodes import ParquetScan
+from flightfeed.protocol.resolver import ChannelResolver
+from flightfeed.worker import Worker, WorkerConfig
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "s3cret-token-for-tests"
+AUTH = BearerTokens([TOKEN, "another-one"])
+
+
+def options(token: str | None) -> fl.FlightCallOptions:
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token is not None else []
+    return fl.FlightCallOptions(headers=headers)
+
+
+def pyarrow_actions(location: str, token: str | None) -> list[str]:
+    with fl.connect(location) as client:
+        return [a.type for a in client.list_actions(options(token))]
+
+
+async def test_pyarrow_needs_a_valid_token(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with Worker(config=WorkerConfig(auth=AUTH)) as worker:
+        for token in (None, "wrong", TOKEN.upper()):
+            with pytest.raises(fl.FlightUnauthenticatedError) as info:
+                await anyio.to_thread.run_sync(pyarrow_actions, worker.location, token)
+            assert "bearer token" in str(info.value)
+        got = await anyio.to_thread.run_sync(pyarrow_actions, worker.location, TOKEN)
+        assert "create_table" in got
+        assert "another-one" not in str(info.value)
+    assert TOKEN not in caplog.text
+
+
+async def test_basic_credentials_get_the_token_by_handshake() -> None:
+    async with Worker(config=WorkerConfig(auth=AUTH)) as worker:
+
+        def handshake(password: str) -> list[str]:
+            with fl.connect(worker.location) as client:
+                name, value = client.authenticate_basic_token("anyone", password)
+                call = fl.FlightCallOptions(headers=[(name, value)])
+                return [a.type for a in client.list_actions(call)]
+
+        assert "create_table" in await anyio.to_thread.run_sync(handshake, TOKEN)
+        with pytest.raises(fl.FlightUnauthenticatedError):
+            await anyio.to_thread.run_sync(handshake, "not-a-token")
+
+
+async def test_every_service_on_the_port_is_guarded(tmp_path: Path) -> None:
+    config = WorkerConfig(auth=AUTH, data_dir=str(tmp_path))
+    async with Worker(config=config) as worker:
+        host, port = parse_location(worker.location)
+        channel = Channel(host, port)
+        try:
+            with pytest.raises(GRPCError) as info:
+                await WorkerServiceStub(channel).get_worker_info(GetWorkerInfoRequest())
+            assert info.value.status is Status.UNAUTHENTICATED
+            request = GetTableInfoRequest(table=TableIdentifier(table="t"))
+            with pytest.raises(GRPCError) as info:
+                await RemoteEngineServiceStub(channel).get_table_info(request)
+            assert info.value.status is Status.UNAUTHENTICATED
+            info_reply = await WorkerServiceStub(channel).get_worker_info(
+                GetWorkerInfoRequest(), metadata=bearer(TOKEN)
+            )
+            assert info_reply.version
+        finally:
+            channel.close()
+        async with FlightClient(worker.location) as client:
+            with pytest.raises(FlightfeedError, match="bearer token"):
+                await client.list_actions()
+        async with FlightClient(worker.location, metadata=bearer(TOKEN)) as client:
+            assert "create_table" in [a.type for a in await client.list_actions()]
+
+
+async def test_a_callable_decides_from_the_headers() -> None:
+    def only_alice(headers: list[tuple[str, str]]) -> bool:
+        return ("x-user", "alice") in headers
+
+    async with Worker(config=WorkerConfig(auth=only_alice)) as worker:
+        async with FlightClient(worker.location, metadata={"x-user": "alice"}) as client:
+            assert await client.list_actions()
+        async with FlightClient(worker.location, metadata={"x-user": "bob"}) as client:
+            with pytest.raises(FlightfeedError, match="bearer token"):
+                await client.list_actions()
+
+
+async def test_workers_and_coordinator_send_their_tokens(tmp_path: Path) -> None:
+    rows = pa.table({"k": pa.array([i % 5 for i in range(500)]), "v": pa.array(range(500))})
+    pq.write_table(rows, tmp_path / "rows.parquet", row_group_size=100)
+    scan = ParquetScan.from_paths(str(tmp_path / "rows.parquet"), partitions=4)
+    plan = plan_from(scan).aggregate([(col("k"), "k")], [agg("sum", col("v"), name="s")]).plan
+    roots = (str(tmp_path),)
+
+    async def run(peer_token: str | None, coordinator_token: str | None) -> pa.Table:
+        config = WorkerConfig(auth=AUTH, peer_token=peer_token, parquet_roots=roots)
+        async with Worker(config=config) as first, Worker(config=config) as second:
+            resolver = StaticWorkerResolver([first.location, second.location])
+            metadata = bearer(coordinator_token) if coordinator_token else None
+            channels = ChannelResolver(metadata=metadata)
+            async with Coordinator(resolver, channels=channels) as coordinator:
+                return await coordinator.collect(plan)
+
+    got = await run(TOKEN, TOKEN)
+    expected = rows.group_by("k").aggregate([("v", "sum")])
+    assert sorted(zip(got["k"].to_pylist(), got["s"].to_pylist(), strict=True)) == sorted(
+        zip(expected["k"].to_pylist(), expected["v_sum"].to_pylist(), strict=True)
+    )
+    with pytest.raises(FlightfeedError, match="bearer token"):
+        await run(TOKEN, None)  # the coordinator sends none
+    with pytest.raises(FlightfeedError, match="bearer token"):
+        await run(None, TOKEN)  # the workers' shuffle reads carry none
+
+
+def test_the_worker_command_requires_a_token(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"# tokens\n{TOKEN}\n\nanother-one\n")
+    with worker_process("--auth-token-file", str(tokens)) as (_, location):
+        with pytest.raises(fl.FlightUnauthenticatedError):
+            pyarrow_actions(location, None)
+        assert "create_table" in pyarrow_actions(location, "another-one")
