@@ -6,6 +6,7 @@ workers and a coordinator send theirs to each other, and no token reaches a log 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -106,7 +107,7 @@ async def test_every_service_on_the_port_is_guarded(tmp_path: Path) -> None:
 
 
 async def test_a_callable_decides_from_the_headers() -> None:
-    def only_alice(headers: list[tuple[str, str]]) -> bool:
+    def only_alice(headers: Sequence[tuple[str, str]]) -> bool:
         return ("x-user", "alice") in headers
 
     async with Worker(config=WorkerConfig(auth=only_alice)) as worker:
