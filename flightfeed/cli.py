@@ -5,7 +5,8 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--handshake-timeout SECONDS] [--max-connections N]
                   [--plan-wait-timeout SECONDS] [--memory-limit SIZE] [--parquet-root DIR]
                   [--peer URL] [--data-dir DIR] [--table-compression auto|always|never]
-                  [--tls-cert PEM --tls-key PEM [--tls-ca PEM]]
+                  [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--auth-token-file FILE]
+                  [--shutdown-grace SECONDS]
                   [--fanout-claim-timeout SECONDS]
                   [--max-header-list-size BYTES] [--min-receive-rate BYTES_PER_SECOND]
                   [--receive-grace SECONDS] [--idle-timeout SECONDS]
@@ -34,7 +35,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -57,6 +59,9 @@ from .flight.tuning import run
 from .plan.memory import DEFAULT_MEMORY_FRACTION, default_memory_limit, parse_memory_size
 from .tables_cli import add_tables_parser
 from .worker.config import WorkerConfig
+
+if TYPE_CHECKING:
+    from .worker import Worker
 
 log = logging.getLogger("flightfeed")
 
@@ -142,12 +147,37 @@ def _worker(args: argparse.Namespace) -> int:
             async with worker:
                 print(f"flightfeed worker listening on {worker.location}", flush=True)
                 async for signum in signals:
-                    log.info("received %s, shutting down", signal.Signals(signum).name)
+                    log.info(
+                        "received %s: finishing %d running tasks, taking no new ones (at most"
+                        " %gs; signal again to stop now)",
+                        signal.Signals(signum).name,
+                        len(worker.registry),
+                        args.shutdown_grace,
+                    )
                     break
+                await _drain(worker, signals, args.shutdown_grace)
         print("flightfeed worker stopped", flush=True)
 
     run(main, use_uvloop=not args.no_uvloop)
     return 0
+
+
+async def _drain(worker: Worker, signals: AsyncIterator[int], grace: float) -> None:
+    """The worker's running tasks finish (up to `grace` seconds), unless a second signal
+    comes: then it stops at once."""
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            async for signum in signals:
+                log.info("received %s again: stopping now", signal.Signals(signum).name)
+                tg.cancel_scope.cancel()
+                return
+
+        tg.start_soon(stop_on_signal)
+        left = await worker.drain(grace)
+        if left:
+            log.warning("%d tasks still running after %gs: stopping them", left, grace)
+        tg.cancel_scope.cancel()
 
 
 def _coordinator(args: argparse.Namespace) -> int:
@@ -356,6 +386,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="a worker this one's tasks may read from, as the coordinator names it (repeatable;"
         " default: any worker a plan names)",
+    )
+    worker.add_argument(
+        "--shutdown-grace",
+        type=_non_negative_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM or SIGINT, how long running tasks may take to finish while new ones"
+        " are refused (default 30; a second signal stops at once)",
     )
     worker.add_argument(
         "--data-dir",

@@ -160,6 +160,13 @@ class Unauthenticated(FlightfeedError):
     code = "UNAUTHENTICATED"
 
 
+class Unavailable(FlightfeedError):
+    """The server cannot take the request now (it is shutting down): try another."""
+
+    status = Status.UNAVAILABLE
+    code = "UNAVAILABLE"
+
+
 class AlreadyExists(FlightfeedError):
     """The request would create something that exists already (a table of that name)."""
 
@@ -210,6 +217,7 @@ ERROR_KINDS: dict[str, type[FlightfeedError]] = {
         AlreadyExists,
         Conflict,
         Unauthenticated,
+        Unavailable,
     )
 }
 """Error class by `code`: how a peer's error is rebuilt as the same class."""

@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import anyio
 
-from ..errors import NotFound, ResourceExhausted
+from ..errors import NotFound, ResourceExhausted, Unavailable
 from ..protocol.keys import TaskId
 from .config import WorkerConfig
 from .task import Task
@@ -37,6 +37,9 @@ class TaskRegistry:
         self._waiters: dict[TaskId, _Waiter] = {}
         self._tombstones: OrderedDict[TaskId, tuple[str, float]] = OrderedDict()
         self._changed = anyio.Event()
+        self.draining = False
+        """Set when the worker shuts down gracefully: running tasks finish, new ones are
+        refused."""
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -52,6 +55,11 @@ class TaskRegistry:
         """Tasks that ExecuteTasks are waiting for (their plans have not arrived)."""
         return len(self._waiters)
 
+    async def drained(self) -> None:
+        """Until no task is left."""
+        while self._tasks:
+            await self._changed.wait()
+
     async def changed(self) -> None:
         """Wait until a task is added or removed."""
         await self._changed.wait()
@@ -61,6 +69,8 @@ class TaskRegistry:
         self._changed = anyio.Event()
 
     def check_capacity(self, key: TaskId) -> None:
+        if self.draining:
+            raise Unavailable("the worker is shutting down: it finishes its tasks, takes no new")
         if key in self._tasks:
             raise ResourceExhausted(f"task {key} already has a plan on this worker")
         if len(self._tasks) >= self.config.max_concurrent_tasks:

@@ -158,6 +158,16 @@ class Worker:
         """The session of a plan pushed down with ExecutePhysicalPlan."""
         return await build_session(self.state, headers, None, ErrorOrigin(self.state.location))
 
+    async def drain(self, grace: float) -> int:
+        """Graceful shutdown, first half: new tasks are refused (UNAVAILABLE) while the running
+        ones finish, for at most `grace` seconds. Returns how many were still running (they
+        end when the worker closes)."""
+        registry = self.state.registry
+        registry.draining = True
+        with anyio.move_on_after(grace):
+            await registry.drained()
+        return len(registry)
+
     def _release_memory(self) -> None:
         self.state.memory_releases += 1  # (only this thread writes it; readers see it whole)
         release_free_memory()

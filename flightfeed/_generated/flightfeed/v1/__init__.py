@@ -189,6 +189,8 @@ class ErrorCode(betterproto2.Enum):
 
     CONFLICT = 15
 
+    UNAVAILABLE = 16
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -208,6 +210,7 @@ class ErrorCode(betterproto2.Enum):
             13: "ERROR_CODE_UNIMPLEMENTED",
             14: "ERROR_CODE_ALREADY_EXISTS",
             15: "ERROR_CODE_CONFLICT",
+            16: "ERROR_CODE_UNAVAILABLE",
         }
 
     @classmethod
@@ -229,6 +232,7 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_UNIMPLEMENTED": 13,
             "ERROR_CODE_ALREADY_EXISTS": 14,
             "ERROR_CODE_CONFLICT": 15,
+            "ERROR_CODE_UNAVAILABLE": 16,
         }
 
 
