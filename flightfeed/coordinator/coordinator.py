@@ -44,6 +44,7 @@ from .display import format_distributed_plan
 from .display_analyze import format_analyzed
 from .display_dot import format_distributed_plan_dot
 from .estimator import EstimatorKey, TaskEstimator, TaskEstimators
+from .health import WorkerHealth
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
 from .metrics import MetricsStore, QueryMetrics, TaskRecord
 from .parquet_estimator import ParquetScanEstimator
@@ -169,6 +170,8 @@ class Coordinator:
         self.headers = dict(headers or {})
         self._own_channels = channels is None
         self.channels = channels if channels is not None else ChannelResolver()
+        self.health = WorkerHealth(self.channels)
+        """Which workers new queries use: the reachable ones (health.py)."""
         defaults = DispatchOptions()
         self._dispatch = DispatchOptions(
             max_batch_units=feed_batch_units or defaults.max_batch_units,
@@ -260,7 +263,7 @@ class Coordinator:
             if on_workers or dot:
                 raise InvalidArgument("explain(analyze=True) shows a query run by execute, as text")
             return await self._analyze(plan, per_task, headers)
-        workers = await self.resolver.workers()
+        workers = self.health.known_usable(await self.resolver.workers())
         if on_workers:
             distributed = self.planner.plan_on_workers(plan, len(workers))
         else:
@@ -310,6 +313,7 @@ class Coordinator:
                 async with receive:
                     async for item in receive:
                         if isinstance(item, Exception):
+                            await self.health.failed(item)
                             raise item
                         yield item
                 if not runtime.completed:  # stopped from outside, not by the caller
@@ -344,7 +348,7 @@ class Coordinator:
         metrics: QueryMetrics,
     ) -> tuple[QueryRuntime, ExecutionPlan]:
         """Plan, assign tasks round-robin and connect (version-checked) to their workers."""
-        workers = await self.resolver.workers()
+        workers = await self.health.usable(await self.resolver.workers())
         distributed = self.planner.plan(plan, len(workers))
         runtime = await self._runtime(distributed, workers, query_id, headers, metrics)
         return runtime, distributed.root
@@ -434,7 +438,7 @@ class Coordinator:
         providers: Mapping[bytes, WorkUnitFeedProvider[Any]] | None,
     ) -> tuple[QueryRuntime, DistributedPlan]:
         """A held query's plan, all of it on the workers, and its runtime."""
-        workers = await self.resolver.workers()
+        workers = await self.health.usable(await self.resolver.workers())
         if not workers:
             raise NotFound("the worker resolver returned no workers to hold a query on")
         distributed = self.planner.plan_on_workers(plan, len(workers))

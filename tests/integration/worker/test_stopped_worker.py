@@ -1,6 +1,6 @@
 """A worker stopped mid-query (SIGSTOP: a paused VM, a partition) is noticed by the
 coordinator's keepalive within the default 10 s of its last byte: the query fails, naming the
-silence, instead of hanging."""
+silence, instead of hanging, and the next query runs on the workers left."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ from flightfeed.coordinator import Coordinator
 from flightfeed.coordinator.resolver import StaticWorkerResolver
 from flightfeed.errors import FlightfeedError
 from flightfeed.flight.keepalive import WORKER_CLIENT_KEEPALIVE
-from flightfeed.testing.feeds import LiveProvider, unit_coordinator_options, unit_scan
+from flightfeed.plan.nodes import Coalesce
+from flightfeed.testing.feeds import (
+    LiveProvider,
+    UnitProvider,
+    unit_coordinator_options,
+    unit_scan,
+    unit_session_builder,
+)
+from flightfeed.testing.workers import start_workers
 
 DETECTION_BOUND = 2 * WORKER_CLIENT_KEEPALIVE.interval + WORKER_CLIENT_KEEPALIVE.timeout
 """The longest silence the default keepalive lets pass: 10 s."""
@@ -29,7 +37,11 @@ def test_a_stopped_worker_fails_its_query_within_the_keepalive_bound() -> None:
         async def scenario() -> tuple[float, str]:
             provider = LiveProvider(2)  # units come when pushed: none will
             options = unit_coordinator_options()
-            async with Coordinator(StaticWorkerResolver([location]), **options) as coordinator:
+            async with (
+                start_workers(1, session_builder=unit_session_builder) as (other,),
+                Coordinator(StaticWorkerResolver([location, other.location]), **options) as c,
+            ):
+                coordinator = c  # its first task goes to the first worker: the one stopped
                 failure: list[tuple[float, str]] = []
                 failed = anyio.Event()
 
@@ -49,6 +61,10 @@ def test_a_stopped_worker_fails_its_query_within_the_keepalive_bound() -> None:
                     stopped = time.monotonic()
                     with anyio.fail_after(DETECTION_BOUND + 10):  # generous for a loaded CI
                         await failed.wait()
+                # The next query leaves the stopped worker out and runs on the other one.
+                assert location in coordinator.health.down
+                again = await coordinator.collect(Coalesce(unit_scan(UnitProvider([2, 3]))))
+                assert again.num_rows == 5
             failed_at, message = failure[0]
             return failed_at - stopped, message
 

@@ -1,0 +1,99 @@
+"""Which workers a new query may use: those the coordinator can reach.
+
+At query start every worker the resolver names is connected (and version-checked) at once; one
+that cannot be reached, or that recently failed a query (lost connection, no reply to a
+keepalive PING), is left out, and the query runs on the others. A worker that answers wrongly
+(another version, say) is not skipped: the query fails saying so. A worker left out is tried
+again `recheck_after` seconds later. Only when none is left does the query fail, naming each
+worker and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+from grpclib.const import Status
+
+from ..errors import FlightfeedError, RemoteError, Unavailable
+from ..protocol.resolver import ChannelResolver
+
+DEFAULT_RECHECK_AFTER: Final = 5.0
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+
+
+@dataclass
+class WorkerHealth:
+    channels: ChannelResolver
+    recheck_after: float = DEFAULT_RECHECK_AFTER
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    down: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """Workers left out of new queries: since when (anyio's clock) and why."""
+
+    async def usable(self, urls: Sequence[str]) -> list[str]:
+        """The workers of `urls` a query may use now, in their order."""
+        now = anyio.current_time()
+        reachable: dict[str, bool] = {}
+        wrong: list[Exception] = []
+
+        async def check(url: str) -> None:
+            try:
+                with anyio.fail_after(self.connect_timeout):
+                    await self.channels.channel(url)
+            except (RemoteError, OSError, TimeoutError) as exc:
+                if isinstance(exc, RemoteError) and exc.grpc_status is not Status.UNAVAILABLE:
+                    wrong.append(exc)  # reached, and something else is wrong
+                    return
+                self.down[url] = (anyio.current_time(), _reason(exc))
+                reachable[url] = False
+                return
+            except FlightfeedError as exc:  # (another version, say): the query says what
+                wrong.append(exc)
+                return
+            self.down.pop(url, None)
+            reachable[url] = True
+
+        async with anyio.create_task_group() as tg:
+            for url in dict.fromkeys(urls):
+                since = self.down.get(url)
+                if since is None or now - since[0] >= self.recheck_after:
+                    tg.start_soon(check, url)
+        if wrong:
+            raise wrong[0]
+        usable = [url for url in urls if reachable.get(url)]
+        if not usable and urls:
+            why = "; ".join(f"{url}: {self.down[url][1]}" for url in dict.fromkeys(urls))
+            raise Unavailable(f"no worker can be reached: {why}")
+        return usable
+
+    def known_usable(self, urls: Sequence[str]) -> list[str]:
+        """`urls` less the workers left out now, without connecting to any (for showing a
+        plan); all of them if that leaves none."""
+        now = anyio.current_time()
+        left = [
+            url
+            for url in urls
+            if url not in self.down or now - self.down[url][0] >= self.recheck_after
+        ]
+        return left or list(urls)
+
+    async def failed(self, error: BaseException) -> None:
+        """A query failed: if its worker is gone (the connection lost, or silent), leave the
+        worker out of new queries for a while and drop its channel."""
+        if not isinstance(error, RemoteError) or error.grpc_status is not Status.UNAVAILABLE:
+            return
+        url = error.origin.worker_url if error.origin is not None else ""
+        if url:
+            self.down[url] = (anyio.current_time(), _reason(error))
+            await self.channels.forget(url)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer to connect within the timeout"
+    return str(exc) or type(exc).__name__
+
+
+__all__ = ["WorkerHealth"]

@@ -1,0 +1,58 @@
+"""Queries use the workers the coordinator can reach: an unreachable one is left out (and tried
+again later), a query on the others runs, and only with none left does a query fail, naming
+every worker and why."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from flightfeed.coordinator import Coordinator
+from flightfeed.coordinator.resolver import StaticWorkerResolver
+from flightfeed.errors import Unavailable
+from flightfeed.plan.nodes import Coalesce
+from flightfeed.testing.feeds import (
+    UnitProvider,
+    unit_coordinator_options,
+    unit_scan,
+    unit_session_builder,
+)
+from flightfeed.testing.workers import start_workers
+
+pytestmark = pytest.mark.anyio
+
+
+def closed_port_url() -> str:
+    """A loopback URL nothing listens on (the port was just free)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"grpc://127.0.0.1:{port}"
+
+
+async def test_an_unreachable_worker_is_left_out() -> None:
+    dead = closed_port_url()
+    async with start_workers(1, session_builder=unit_session_builder) as (worker,):
+        resolver = StaticWorkerResolver([dead, worker.location])
+        async with Coordinator(resolver, **unit_coordinator_options(tasks=2)) as coordinator:
+            plan = Coalesce(unit_scan(UnitProvider([3, 2])))
+            rows = await coordinator.collect(plan)
+            assert rows.num_rows == 5
+            assert dead in coordinator.health.down
+            explained = await coordinator.explain(plan, on_workers=True)
+            assert dead not in explained  # every task on the worker that answers
+            assert worker.location in explained
+            first = coordinator.health.down[dead][0]
+            coordinator.health.recheck_after = 0  # tried again at the next query
+            await coordinator.collect(plan)
+            assert coordinator.health.down[dead][0] > first
+
+
+async def test_with_no_worker_reachable_the_query_names_each() -> None:
+    dead = [closed_port_url(), closed_port_url()]
+    async with Coordinator(StaticWorkerResolver(dead), **unit_coordinator_options()) as c:
+        with pytest.raises(Unavailable) as info:
+            await c.collect(Coalesce(unit_scan(UnitProvider([1]))))
+    for url in dead:
+        assert url in str(info.value)
