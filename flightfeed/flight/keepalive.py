@@ -48,7 +48,7 @@ class KeepalivePolicy:
 
 WORKER_CLIENT_KEEPALIVE = KeepalivePolicy(interval=3.0, timeout=4.0)
 """Coordinator → worker connections: a stopped or cut-off worker fails its queries within 10 s
-of its last byte (a PING after 3–6 s of silence, 4 s for any reply)."""
+of its last byte (a PING after 3 to 6 s of silence, 4 s for any reply)."""
 
 WORKER_SERVER_KEEPALIVE = KeepalivePolicy(interval=3.0, timeout=4.0)
 """Worker → caller connections: the tasks of a stopped or cut-off coordinator are cancelled
