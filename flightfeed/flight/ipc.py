@@ -23,6 +23,7 @@ __all__ = [
     "IpcMessageFeed",
     "IpcMessageSplitter",
     "MessageKind",
+    "WriteOnlyFile",
     "peek_message",
 ]
 
@@ -41,25 +42,11 @@ class IpcMessage:
     body_length: int = 0
 
 
-class IpcMessageSplitter:
-    """A write-only file for `pa.ipc.new_stream` that collects whole IPC messages.
-
-    Arrow writes each message as continuation, length, header (+padding), then the body buffers
-    and their padding. Small pieces are copied (header); body buffers are kept as the very
-    `pa.Buffer` objects Arrow passes, which point at the record batch's own memory.
-    """
+class WriteOnlyFile:
+    """The rest of pyarrow's PythonFile protocol for a sink that only implements `write`."""
 
     closed = False
 
-    def __init__(self) -> None:
-        self.messages: list[IpcMessage] = []
-        self._prefix = bytearray()
-        self._header = bytearray()
-        self._header_length = -1
-        self._current: IpcMessage | None = None
-        self._body_missing = 0
-
-    # pyarrow's PythonFile protocol
     def writable(self) -> bool:
         return True
 
@@ -68,6 +55,23 @@ class IpcMessageSplitter:
 
     def close(self) -> None:
         self.closed = True
+
+
+class IpcMessageSplitter(WriteOnlyFile):
+    """A write-only file for `pa.ipc.new_stream` that collects whole IPC messages.
+
+    Arrow writes each message as continuation, length, header (+padding), then the body buffers
+    and their padding. Small pieces are copied (header); body buffers are kept as the very
+    `pa.Buffer` objects Arrow passes, which point at the record batch's own memory.
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[IpcMessage] = []
+        self._prefix = bytearray()
+        self._header = bytearray()
+        self._header_length = -1
+        self._current: IpcMessage | None = None
+        self._body_missing = 0
 
     def write(self, data: Buffer) -> int:
         view = memoryview(data) if not isinstance(data, memoryview) else data

@@ -12,20 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal
 
 import pyarrow as pa
 
 from .._generated.storage import ArrowPayload, ArrowPayloadCompression
 from ..errors import InvalidArgument, ResourceExhausted
+from ..flight.ipc import Buffer, WriteOnlyFile
 from ..plan.arrow_ipc import read_ipc_stream
 
 _ZSTD_MAGIC: Final = 0xFD2FB528
 _CODEC: Final = pa.Codec("zstd", compression_level=1)
 _VIEW_MIN_BYTES: Final = 4096
 """Written pieces at least this big are kept as views; smaller ones are copied."""
-
-Buffer: TypeAlias = "bytes | memoryview | pa.Buffer"
 
 CompressionMode = Literal["auto", "always", "never"]
 
@@ -38,25 +37,14 @@ def ipc_stream(batch: pa.RecordBatch) -> pa.Buffer:
     return sink.getvalue()
 
 
-class _Pieces:
+class _Pieces(WriteOnlyFile):
     """A write-only file for `pa.ipc.new_stream` keeping what Arrow writes as pieces: body
     buffers as the `pa.Buffer`s Arrow passes (views of the batch's memory), the small pieces
     (headers, padding: Arrow may reuse their memory) copied."""
 
-    closed = False
-
     def __init__(self) -> None:
         self.pieces: list[Buffer] = []
         self.size = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def flush(self) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
 
     def write(self, data: Buffer) -> int:
         size = memoryview(data).nbytes
