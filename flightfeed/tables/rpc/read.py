@@ -17,12 +17,13 @@ import pyarrow as pa
 from ..._generated.common import ResponseHeader
 from ..._generated.remote_engine import ReadRequest, ReadResponse
 from ...flight.codec import EncodedMessage, grpc_message
+from ...flight.ipc import Buffer
 from ...plan.base import closing
 from ...plan.merge import prefetch
 from ...protowire import encode_varint, field_key, len_field_header
 from ..engine import TableEngine, TableRead
 from ..headers import INTERNAL, error_header
-from ..payload import Buffer, Compressor, ipc_stream_pieces
+from ..payload import Compressor, ipc_stream_pieces
 from ..requests import deadline_seconds, table_name, table_read
 
 # ReadResponse { header = 1; arrow = 2 }; ArrowPayload { record_batches = 1; compression = 2 }
