@@ -8,12 +8,15 @@ stream, so the query never runs ahead of it by more than a few batches.
 
 Leaving the `async for` early (or cancelling it) cancels the query's task group: every task
 gets a CancelTask and its channel is reset, so workers drop all of the query's state. The
-first failure anywhere fails the query with that error; a provider's error reaches the caller
-as the FeedError its partition's consumer raised.
+first failure anywhere stops the attempt; a lost worker costs a retry of the whole query on
+the others, its feeds replayed, as long as no row reached the caller yet (retries.py). Any
+other failure fails the query with its error; a provider's error reaches the caller as the
+FeedError its partition's consumer raised.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import AsyncExitStack, suppress
@@ -26,9 +29,10 @@ import anyio.to_thread
 import pyarrow as pa
 from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
 
-from ..errors import Cancelled, InvalidArgument, NotFound
+from ..errors import Cancelled, InvalidArgument, NotFound, as_flightfeed_error
 from ..feeds import FeedRegistry, WorkUnitFeedProvider
 from ..feeds.provider import provider_metrics
+from ..feeds.replay import FeedReplay
 from ..flight.idle_release import DEFAULT_QUIET_SECONDS, release_when_idle
 from ..plan.base import ExecutionPlan, closing
 from ..plan.codec import CodecRegistry, encode_plan
@@ -51,9 +55,12 @@ from .parquet_estimator import ParquetScanEstimator
 from .planner import DEFAULT_BROADCAST_THRESHOLD_BYTES, DistributedPlanner
 from .query import QueryRuntime, TaskRun
 from .resolver import WorkerResolver
+from .retries import DEFAULT_MAX_ATTEMPTS, AttemptFailure, final_error, why_final
 from .stage import DistributedPlan, placed
 from .streams import DEFAULT_MAX_BACKLOG, FeedStream, StreamRegistry
 from .task_runner import DispatchOptions, run_task
+
+log = logging.getLogger(__name__)
 
 RESULT_BUFFER_BATCHES: Final = 4
 CLEANUP_TIMEOUT: Final = 10.0
@@ -67,8 +74,26 @@ class _Handle:
     the stream lets the generator be finalized, which cancels the query)."""
 
     runtime: QueryRuntime | None = None
+    """The running attempt's runtime."""
     metrics: QueryMetrics | None = None
     """The query's metrics from the moment it asked for admission."""
+
+
+class _Attempts:
+    """One query's run over its attempts: what the caller's side stops and waits for."""
+
+    def __init__(self, runtime: QueryRuntime) -> None:
+        self.runtime = runtime
+        """The running attempt's."""
+        self.scope: anyio.CancelScope | None = None
+        self.finished = anyio.Event()
+        self.completed = False
+
+    def cancel(self) -> None:
+        """The caller left: stop the running attempt (not a failure) and every other task."""
+        self.runtime.cancel()
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 class QueryStream:
@@ -146,6 +171,7 @@ class Coordinator:
         release_memory_after: float | None = DEFAULT_QUIET_SECONDS,
         max_tasks_per_stage: int | None = None,
         broadcast_threshold_bytes: int = DEFAULT_BROADCAST_THRESHOLD_BYTES,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         """`max_concurrent_queries` run at once (None: no limit), held ones included; the
         others wait in a queue of at most `max_queued_queries` (None: unbounded), and a query
@@ -153,7 +179,12 @@ class Coordinator:
         `release_memory_after` seconds without queries, freed memory goes back to the operating
         system (flight/idle_release.py; None: never). `max_tasks_per_stage` caps the tasks of
         every stage (None: as many as the leaves ask for, or the workers); a partitioned join
-        whose build side is estimated at most `broadcast_threshold_bytes` is broadcast."""
+        whose build side is estimated at most `broadcast_threshold_bytes` is broadcast. A query
+        that loses a worker runs again on the others, up to `max_attempts` times in all
+        (retries.py; 1: never retried)."""
+        if max_attempts < 1:
+            raise InvalidArgument(f"max_attempts must be at least 1, got {max_attempts}")
+        self.max_attempts = max_attempts
         self.resolver = resolver
         self.session = session if session is not None else SessionStateBuilder().build()
         self.codecs = codecs if codecs is not None else self.session.codecs
@@ -299,7 +330,7 @@ class Coordinator:
         await self._admit(metrics)
         try:
             try:
-                runtime, root = await self._prepare(plan, query_id, headers, metrics)
+                runtime, root = await self._prepare(plan, query_id, headers, metrics, attempt=0)
             except BaseException as exc:
                 _finish_unstarted(metrics, exc)
                 raise
@@ -307,21 +338,21 @@ class Coordinator:
             if tg is None:
                 raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
             handle.runtime = runtime
+            attempts = _Attempts(runtime)
             send, receive = anyio.create_memory_object_stream[_Item](RESULT_BUFFER_BATCHES)
-            await tg.start(self._run_query, runtime, root, send)
+            await tg.start(self._run_query, plan, handle, runtime, root, attempts, send)
             try:
                 async with receive:
                     async for item in receive:
                         if isinstance(item, Exception):
-                            await self.health.failed(item)
                             raise item
                         yield item
-                if not runtime.completed:  # stopped from outside, not by the caller
+                if not attempts.completed:  # stopped from outside, not by the caller
                     raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
             finally:
-                runtime.cancel()
+                attempts.cancel()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT):
-                    await runtime.finished.wait()
+                    await attempts.finished.wait()
         finally:
             self.admission.release()
 
@@ -346,11 +377,15 @@ class Coordinator:
         query_id: bytes,
         headers: Mapping[str, str],
         metrics: QueryMetrics,
+        *,
+        attempt: int,
     ) -> tuple[QueryRuntime, ExecutionPlan]:
-        """Plan, assign tasks round-robin and connect (version-checked) to their workers."""
+        """Plan over the usable workers, assign tasks round-robin and connect to them."""
         workers = await self.health.usable(await self.resolver.workers())
         distributed = self.planner.plan(plan, len(workers))
-        runtime = await self._runtime(distributed, workers, query_id, headers, metrics)
+        runtime = await self._runtime(
+            distributed, workers, query_id, headers, metrics, attempt=attempt
+        )
         return runtime, distributed.root
 
     async def _runtime(
@@ -362,10 +397,14 @@ class Coordinator:
         metrics: QueryMetrics,
         *,
         replayable: bool = False,
+        attempt: int = 0,
     ) -> QueryRuntime:
-        """The query's runtime: its tasks assigned round-robin, with their workers' channels
-        (version-checked) and their encoded plans."""
-        runtime = QueryRuntime(query_id, metrics, headers=headers, replayable=replayable)
+        """The runtime of one attempt of the query: its tasks assigned round-robin, with their
+        workers' channels (version-checked) and their encoded plans."""
+        runtime = QueryRuntime(
+            query_id, metrics, headers=headers, replayable=replayable, attempt=attempt
+        )
+        metrics.tasks.clear()  # (a retry's tasks replace the failed attempt's)
         if distributed.stages:
             if not workers:
                 raise NotFound("the worker resolver returned no workers for a distributed plan")
@@ -374,13 +413,16 @@ class Coordinator:
             used = dict.fromkeys(assignment.values())
             channels = {url: await self.channels.channel(url) for url in used}
             for stage in distributed.stages:
-                plan = placed(stage.plan, query_id, assignment)  # where its inputs run
+                plan = placed(stage.plan, query_id, assignment, attempt)  # where inputs run
                 # Off the loop: a plan may carry large in-memory tables.
                 plan_proto = await anyio.to_thread.run_sync(encode_plan, plan, self.codecs)
                 for task in stage.tasks:
                     url = assignment[(stage.stage_id, task.task_number)]
                     key = TaskKey(
-                        query_id=query_id, stage_id=stage.stage_id, task_number=task.task_number
+                        query_id=query_id,
+                        stage_id=stage.stage_id,
+                        task_number=task.task_number,
+                        attempt=attempt,
                     )
                     record = TaskRecord(
                         stage.stage_id,
@@ -488,28 +530,101 @@ class Coordinator:
 
     async def _run_query(
         self,
+        plan: ExecutionPlan,
+        handle: _Handle,
         runtime: QueryRuntime,
         root: ExecutionPlan,
+        attempts: _Attempts,
         send: ObjectSendStream[_Item],
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """The query's task group: every task runner and the coordinator's part of the plan."""
+        """The query's attempts, one after the other, until one completes, is cancelled or
+        fails for good (retries.py). Feed partitions are pumped in a task group of their own
+        that outlives the attempts, so a retry replays them."""
+        failures: list[AttemptFailure] = []
         async with send:
             try:
                 with anyio.CancelScope() as scope:
-                    runtime.scope = scope
+                    attempts.scope = scope
                     task_status.started()
-                    async with anyio.create_task_group() as tg:
-                        self._start_tasks(tg, runtime)
-                        tg.start_soon(self._run_root, runtime, root, send)
-                    runtime.completed = runtime.failure is None
+                    async with anyio.create_task_group() as pumps:
+                        replay = self._replay(pumps)
+                        while True:
+                            runtime.replay = replay
+                            await self._run_attempt(runtime, root, send)
+                            if runtime.failure is None:
+                                break
+                            failure = await self._attempt_failed(runtime, failures)
+                            why = why_final(
+                                failure,
+                                max_attempts=self.max_attempts,
+                                batches_delivered=runtime.delivered,
+                                unreplayable=_unreplayable(runtime, replay),
+                            )
+                            if why is not None:
+                                runtime.failure = final_error(runtime.query_id, failures, why)
+                                break
+                            runtime.finish(record=False)
+                            try:
+                                runtime, root = await self._prepare(
+                                    plan,
+                                    runtime.query_id,
+                                    runtime.headers,
+                                    runtime.metrics,
+                                    attempt=len(failures),
+                                )
+                            except Exception as exc:
+                                failures.append(
+                                    AttemptFailure(len(failures), (), as_flightfeed_error(exc))
+                                )
+                                runtime.failure = final_error(
+                                    runtime.query_id, failures, "no retry could be planned"
+                                )
+                                break
+                            handle.runtime = attempts.runtime = runtime
+                        pumps.cancel_scope.cancel()  # (the providers' streams close)
+                    attempts.completed = runtime.completed
                 if runtime.failure is not None:
                     # (the caller may have left before it could hear about it)
                     with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                         await send.send(runtime.failure)
             finally:
                 runtime.finish()
+                attempts.finished.set()
+
+    def _replay(self, tg: TaskGroup) -> FeedReplay | None:
+        """Where a query's feed partitions are pumped if it may be retried (else its tasks'
+        dispatchers pull their providers themselves)."""
+        if self.max_attempts < 2 or not self._dispatch.keep_delivery_log:
+            return None
+        return FeedReplay(tg, log_limit=self._dispatch.delivery_log_limit)
+
+    async def _run_attempt(
+        self, runtime: QueryRuntime, root: ExecutionPlan, send: ObjectSendStream[_Item]
+    ) -> None:
+        """Every task runner of one attempt and the coordinator's part of the plan."""
+        with anyio.CancelScope() as scope:
+            runtime.scope = scope
+            async with anyio.create_task_group() as tg:
+                self._start_tasks(tg, runtime)
+                tg.start_soon(self._run_root, runtime, root, send)
+            runtime.completed = runtime.failure is None
+
+    async def _attempt_failed(
+        self, runtime: QueryRuntime, failures: list[AttemptFailure]
+    ) -> AttemptFailure:
+        """Note a failed attempt: which of its workers stopped answering (left out of new
+        queries, this one's retry included) and its error."""
+        assert runtime.failure is not None
+        await self.health.failed(runtime.failure)
+        workers = tuple(dict.fromkeys(run.worker_url for run in runtime.tasks.values()))
+        lost = await self.health.lost(workers)
+        failure = AttemptFailure(runtime.attempt, workers, runtime.failure, lost)
+        failures.append(failure)
+        runtime.metrics.failed_attempts.append(str(failure))
+        log.info("query %s: %s", runtime.query_id.hex(), failure)
+        return failure
 
     async def _run_root(
         self, runtime: QueryRuntime, root: ExecutionPlan, send: ObjectSendStream[_Item]
@@ -525,6 +640,7 @@ class Coordinator:
                 ctx.extensions[STAGE_READER_KEY] = runtime
                 async with closing(plan.execute(0, ctx)) as stream:
                     async for batch in stream:
+                        runtime.delivered += 1  # (counted first: a retry must see it)
                         await send.send(batch)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             runtime.cancel()  # the caller is gone
@@ -545,6 +661,15 @@ class _Once:
         fn, self._fn = self._fn, None
         if fn is not None:
             fn()
+
+
+def _unreplayable(runtime: QueryRuntime, replay: FeedReplay | None) -> list[str]:
+    """What keeps the query's feeds from being replayed to a new attempt."""
+    if replay is not None:
+        return replay.unreplayable()
+    if any(run.task.feeds for run in runtime.tasks.values()):
+        return ["the query reads feeds and retries are off (max_attempts 1, or no delivery log)"]
+    return []
 
 
 def _finish_unstarted(metrics: QueryMetrics, exc: BaseException) -> None:

@@ -6,6 +6,10 @@ keepalive PING), is left out, and the query runs on the others. A worker that an
 (another version, say) is not skipped: the query fails saying so. A worker left out is tried
 again `recheck_after` seconds later. Only when none is left does the query fail, naming each
 worker and why.
+
+After a query attempt fails, `lost` asks each of its workers for its version over its live
+channel, with a short deadline: a worker that does not answer (killed, stopped, cut off) is
+left out like an unreachable one, and the retry runs on the others (coordinator/retries.py).
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from grpclib.const import Status
 
 from ..errors import FlightfeedError, RemoteError, Unavailable
 from ..protocol.resolver import ChannelResolver
+from ..protocol.version import check_worker_version
 
 DEFAULT_RECHECK_AFTER: Final = 5.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+DEFAULT_PROBE_TIMEOUT: Final = 3.0
+"""How long a worker has to answer GetWorkerInfo after a query on it failed."""
 
 
 @dataclass
@@ -29,6 +36,7 @@ class WorkerHealth:
     channels: ChannelResolver
     recheck_after: float = DEFAULT_RECHECK_AFTER
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    probe_timeout: float = DEFAULT_PROBE_TIMEOUT
     down: dict[str, tuple[float, str]] = field(default_factory=dict)
     """Workers left out of new queries: since when (anyio's clock) and why."""
 
@@ -79,6 +87,30 @@ class WorkerHealth:
         ]
         return left or list(urls)
 
+    async def lost(self, urls: Sequence[str]) -> dict[str, str]:
+        """Of `urls`, the workers that no longer answer, and why; each is left out of new
+        queries (and its channel dropped). Asked all at once, over the channels in use."""
+        found: dict[str, str] = {}
+
+        async def probe(url: str) -> None:
+            try:
+                with anyio.fail_after(self.probe_timeout):
+                    await check_worker_version(await self.channels.channel(url), url)
+            except (RemoteError, OSError, TimeoutError) as exc:
+                if isinstance(exc, RemoteError) and exc.grpc_status is not Status.UNAVAILABLE:
+                    return  # it answered, wrongly: not lost (the query's error says what)
+                found[url] = _reason(exc)
+            except FlightfeedError:
+                return
+
+        async with anyio.create_task_group() as tg:
+            for url in dict.fromkeys(urls):
+                tg.start_soon(probe, url)
+        for url, reason in found.items():
+            self.down[url] = (anyio.current_time(), reason)
+            await self.channels.forget(url)
+        return found
+
     async def failed(self, error: BaseException) -> None:
         """A query failed: if its worker is gone (the connection lost, or silent), leave the
         worker out of new queries for a while and drop its channel."""
@@ -92,7 +124,7 @@ class WorkerHealth:
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
-        return "no answer to connect within the timeout"
+        return "no answer within the timeout"
     return str(exc) or type(exc).__name__
 
 

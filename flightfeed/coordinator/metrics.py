@@ -161,6 +161,9 @@ class QueryMetrics:
     """Pre-order metrics of the plan part that ran on the coordinator."""
     admitted_ns: int | None = None
     """When the coordinator admitted the query (see admission.py); None while it is queued."""
+    failed_attempts: list[str] = field(default_factory=list)
+    """Each attempt that failed and was retried or gave up: its workers and cause (the
+    `tasks` are the last attempt's)."""
     _done: anyio.Event = field(default_factory=anyio.Event, repr=False)
 
     @property

@@ -19,6 +19,7 @@ from grpclib.const import Status
 
 from ..errors import ErrorOrigin, ExecutionError, FeedError, FlightfeedError, RemoteError
 from ..feeds import FeedDispatcher
+from ..feeds.replay import FeedReplay
 from ..plan.stage_input import OwnPartitions, ReadHead, StageInput
 from ..protocol import (
     TaskChannel,
@@ -81,8 +82,16 @@ class QueryRuntime:
         headers: Mapping[str, str] | None = None,
         replayable: bool = False,
         on_read: Callable[[TaskRun, Sequence[int]], None] | None = None,
+        attempt: int = 0,
     ) -> None:
         self.query_id = query_id
+        self.attempt = attempt
+        """Which run of the query this is (0 first; in every TaskKey of its tasks)."""
+        self.replay: FeedReplay | None = None
+        """Where the tasks' feed partitions come from when the query may be retried."""
+        self.delivered = 0
+        """Result batches handed to the caller's stream (an attempt that delivered any is not
+        retried: retries.py)."""
         self.replayable = replayable
         """The tasks serve their partitions as often as asked, until released (held queries)."""
         self.on_read = on_read
@@ -120,13 +129,16 @@ class QueryRuntime:
         if self.scope is not None:
             self.scope.cancel()
 
-    def finish(self) -> None:
-        if self.failure is not None:
-            self.metrics.finish("failed", self.failure)
-        elif self.completed:
-            self.metrics.finish("finished")
-        else:
-            self.metrics.finish("cancelled")
+    def finish(self, *, record: bool = True) -> None:
+        """The attempt is over; `record`: it is the query's last, its outcome goes to the
+        query's metrics."""
+        if record:
+            if self.failure is not None:
+                self.metrics.finish("failed", self.failure)
+            elif self.completed:
+                self.metrics.finish("finished")
+            else:
+                self.metrics.finish("cancelled")
         for run in self.tasks.values():
             run.dispatcher = None  # its delivery log goes with it
         self.finished.set()

@@ -108,19 +108,23 @@ class DistributedPlan:
 
 
 def placed(
-    plan: ExecutionPlan, query_id: bytes, assignment: Mapping[tuple[int, int], str]
+    plan: ExecutionPlan,
+    query_id: bytes,
+    assignment: Mapping[tuple[int, int], str],
+    attempt: int = 0,
 ) -> ExecutionPlan:
-    """`plan` with every network node's input stage placed: the query id and, by task number,
-    the worker each producer task runs on (`assignment`: (stage id, task) → worker URL). What a
-    worker needs to read its inputs; the plan itself when it reads no other stage."""
+    """`plan` with every network node's input stage placed: the query id, its attempt and, by
+    task number, the worker each producer task runs on (`assignment`: (stage id, task) →
+    worker URL). What a worker needs to read its inputs; the plan itself when it reads no other
+    stage."""
     node = unwrap(plan)
     source = getattr(node, "source", None)
     if source is not None and hasattr(node, "with_source"):
         urls = tuple(assignment[(source.stage_id, t)] for t in range(source.task_count))
-        return node.with_source(source.placed(query_id, urls))  # type: ignore[no-any-return]
+        return node.with_source(source.placed(query_id, urls, attempt))  # type: ignore[no-any-return]
     if not node.children:
         return node
-    children = [placed(child, query_id, assignment) for child in node.children]
+    children = [placed(child, query_id, assignment, attempt) for child in node.children]
     if all(new is old for new, old in zip(children, node.children, strict=True)):
         return node
     return node.with_children(children)

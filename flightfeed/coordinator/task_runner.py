@@ -104,6 +104,7 @@ async def _run(
             keep_log=options.keep_delivery_log,
             log_limit=options.delivery_log_limit,
             origin=TaskId.of(run.key).origin(),  # the provider runs here, not on the worker
+            open_feed=runtime.replay.open if runtime.replay is not None else None,
         )
         set_plan.work_unit_feed_declarations = dispatcher.declarations()
         run.dispatcher = dispatcher

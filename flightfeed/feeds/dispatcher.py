@@ -33,7 +33,7 @@ from .._generated.flightfeed.v1 import (
 from ..errors import ErrorOrigin, FeedError, InvalidArgument, as_flightfeed_error
 from ..protocol.errors import to_detail
 from .codec import UnitRun, encode_batch
-from .provider import WorkUnitFeedProvider, encode_unit, provider_metrics
+from .provider import WorkUnitFeedProvider, close_feed, encode_unit, provider_metrics
 
 if TYPE_CHECKING:
     from ..plan.base import TaskContext
@@ -41,13 +41,16 @@ if TYPE_CHECKING:
 DEFAULT_MAX_BATCH_UNITS: Final = 256
 DEFAULT_MAX_BATCH_BYTES: Final = 1 << 20
 DEFAULT_LINGER_SECONDS: Final = 0.001
-PROVIDER_CLOSE_TIMEOUT: Final = 10.0
-"""How long a cancelled provider's cleanup may take before it is abandoned."""
-
 PROVIDER_COMPONENT: Final = "feed provider"
 """The component a provider's errors name: they happened on the coordinator, not a worker."""
 
 SendBatch = Callable[[WorkUnitBatch], Awaitable[None]]
+OpenFeed = Callable[
+    [bytes, int, "WorkUnitFeedProvider[Any]", "TaskContext", Callable[[], int]],
+    AsyncIterator[Any],
+]
+"""Opens a (feed id, global partition) for a dispatcher given its provider, its task context and
+the partition's credit now: a query that may be retried replays through one (feeds/replay.py)."""
 
 
 class FeedAssignment(NamedTuple):
@@ -141,7 +144,9 @@ class FeedDispatcher:
         log_limit: int = DEFAULT_DELIVERY_LOG_LIMIT,
         packed: bool = True,
         origin: ErrorOrigin | None = None,
+        open_feed: OpenFeed | None = None,
     ) -> None:
+        """`open_feed`: where a partition's units come from (default: `provider.feed`)."""
         if max_batch_units < 1 or max_batch_bytes < 1 or linger < 0:
             raise InvalidArgument("feed batches need max units ≥ 1, max bytes ≥ 1, linger ≥ 0")
         self._send = send
@@ -151,6 +156,7 @@ class FeedDispatcher:
         self._max_bytes = max_batch_bytes
         self._linger = linger
         self._packed = packed
+        self._open_feed = open_feed
         self._log_limit = log_limit
         self._feeds = dict(feeds)
         self._slots: dict[tuple[bytes, int], _Out] = {}
@@ -218,7 +224,7 @@ class FeedDispatcher:
                 if slot.finished:
                     return
                 try:
-                    stream = slot.provider.feed(slot.global_partition, self._ctx)
+                    stream = self._open(slot)
                 except Exception as exc:
                     self._provider_failed(slot, exc)
                     return
@@ -227,13 +233,21 @@ class FeedDispatcher:
                 except Exception as exc:
                     self._provider_failed(slot, exc)
                 finally:
-                    close_error = await _close(stream)
+                    close_error = await close_feed(stream)
                     if close_error is not None:
                         self._provider_failed(slot, close_error)
         finally:
             self._live -= 1
             self._running -= 1
             self._wake_packer()
+
+    def _open(self, slot: _Out) -> AsyncIterator[Any]:
+        if self._open_feed is None:
+            stream: AsyncIterator[Any] = slot.provider.feed(slot.global_partition, self._ctx)
+            return stream
+        return self._open_feed(
+            slot.feed_id, slot.global_partition, slot.provider, self._ctx, lambda: slot.credit
+        )
 
     async def _pull_units(self, slot: _Out, stream: AsyncIterator[Any]) -> None:
         """The per-unit hot loop: credit, pull, encode, stamp, queue."""
@@ -458,19 +472,3 @@ class FeedDispatcher:
     def provider_metrics(self) -> dict[bytes, Mapping[str, int]]:
         """Each feed's provider metrics (providers may omit `metrics()`)."""
         return {feed_id: provider_metrics(a.provider) for feed_id, a in self._feeds.items()}
-
-
-async def _close(stream: object) -> Exception | None:
-    """Close a provider's stream even while cancelled, but never wait on it forever.
-
-    Returns the error its cleanup raised: it fails the partition like any provider error.
-    """
-    aclose = getattr(stream, "aclose", None)
-    if aclose is None:
-        return None
-    with anyio.CancelScope(shield=True), anyio.move_on_after(PROVIDER_CLOSE_TIMEOUT):
-        try:
-            await aclose()
-        except Exception as exc:
-            return exc
-    return None

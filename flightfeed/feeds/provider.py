@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
+import anyio
 import betterproto2
 
 from ..messages import parse_strict
@@ -18,6 +19,9 @@ from ..protoencode import encode_message
 
 if TYPE_CHECKING:
     from ..plan.base import TaskContext
+
+PROVIDER_CLOSE_TIMEOUT: Final = 10.0
+"""How long a cancelled provider's cleanup may take before it is abandoned."""
 
 U = TypeVar("U")
 U_co = TypeVar("U_co", covariant=True)
@@ -66,3 +70,19 @@ def unit_decoder(unit_type: type[U]) -> Callable[[bytes], U] | None:
     # Units come off the network: checked against the schema, then decoded by flightfeed's
     # decoder (twice as fast as betterproto2's parse, which was 7% of a busy worker).
     return cast(Callable[[bytes], U], partial(parse_strict, unit_type))
+
+
+async def close_feed(stream: object) -> Exception | None:
+    """Close a provider's stream even while cancelled, but never wait on it forever.
+
+    Returns the error its cleanup raised: it fails the partition like any provider error.
+    """
+    aclose = getattr(stream, "aclose", None)
+    if aclose is None:
+        return None
+    with anyio.CancelScope(shield=True), anyio.move_on_after(PROVIDER_CLOSE_TIMEOUT):
+        try:
+            await aclose()
+        except Exception as exc:
+            return exc
+    return None

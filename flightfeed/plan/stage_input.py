@@ -58,8 +58,8 @@ ReadHead: TypeAlias = OwnPartitions | HashBuckets | Copies
 
 @dataclass(frozen=True)
 class StageInput:
-    """The producer stage of a network node. `worker_urls` (task number → worker) and
-    `query_id` are set by the coordinator when it places the tasks (`placed`)."""
+    """The producer stage of a network node. `worker_urls` (task number → worker),
+    `query_id` and `attempt` are set by the coordinator when it places the tasks (`placed`)."""
 
     stage_id: int
     task_count: int
@@ -67,6 +67,8 @@ class StageInput:
     schema: pa.Schema
     query_id: bytes = b""
     worker_urls: tuple[str, ...] = ()
+    attempt: int = 0
+    """The query attempt of the producer tasks (a retried query reads its own attempt's)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.task_count <= MAX_STAGE_TASKS:
@@ -89,9 +91,9 @@ class StageInput:
     def is_placed(self) -> bool:
         return bool(self.worker_urls)
 
-    def placed(self, query_id: bytes, worker_urls: tuple[str, ...]) -> StageInput:
+    def placed(self, query_id: bytes, worker_urls: tuple[str, ...], attempt: int = 0) -> StageInput:
         """The same input with its tasks' workers known (what a worker needs to read it)."""
-        return replace(self, query_id=query_id, worker_urls=worker_urls)
+        return replace(self, query_id=query_id, worker_urls=worker_urls, attempt=attempt)
 
     def to_proto(self) -> StageInputProto:
         if not self.is_placed:
@@ -105,6 +107,7 @@ class StageInput:
             partitions_per_task=self.partitions_per_task,
             schema=self.schema.serialize().to_pybytes(),
             worker_urls=list(self.worker_urls),
+            attempt=self.attempt,
         )
 
     @classmethod
@@ -121,6 +124,7 @@ class StageInput:
                 schema=read_ipc_schema(msg.schema, "stage input schema"),
                 query_id=msg.query_id,
                 worker_urls=tuple(msg.worker_urls),
+                attempt=msg.attempt,
             )
         except InvalidArgument as exc:
             raise PlanDecodeError(exc.message) from exc

@@ -3,9 +3,9 @@ the feed path (and every benchmark of it) drives the same code.
 
 - `UnitProvider`: per partition, `counts[p]` units made lazily (bodies b"<p>:<i>", or one
   constant `body`), or the explicit `units[p]` (bytes or betterproto2 messages). Optional per
-  partition: a failure at unit i, a hang, checkpoints before each unit. It counts what it hands
-  out (`pulls`), notes closed partitions and, given a `Probe`, how far each partition ever ran
-  ahead of its consumer.
+  partition: a failure at unit i, a hang, checkpoints before each unit; a pace (`interval`)
+  for every partition. It counts what it hands out (`pulls`), notes closed partitions and,
+  given a `Probe`, how far each partition ever ran ahead of its consumer.
 - `UnitScan`: reads its feed's raw bodies per partition and emits (partition, body, units)
   rows: one per unit, one per `every` units, or (`every=0`) one per partition at its end.
   Stalled partitions never read their feed (encoded in the plan, for a worker in another
@@ -126,6 +126,9 @@ class UnitProvider:
     at or past the end fails after the last unit)."""
     hang: set[int] = field(default_factory=set)
     """Partitions that never yield nor end (a source that stopped answering)."""
+    interval: float = 0.0
+    """Seconds before each unit of a partition: a running feed, whose work turns up while the
+    query runs."""
     pulls: list[int] = field(default_factory=list)
     """Per partition, the units handed out."""
     max_ahead: list[int] = field(default_factory=list)
@@ -165,7 +168,7 @@ class UnitProvider:
             return self._hang(partition)
         if self.probe is not None or self.units is not None:
             return self._observed(partition)
-        if partition in self.delays or partition in self.fail_at:
+        if partition in self.delays or partition in self.fail_at or self.interval:
             return self._observed(partition)
         if self.body is not None and self.barrier is not None:
             return self._held(partition, self.body, self.barrier)
@@ -234,6 +237,8 @@ class UnitProvider:
             for i in range(self.counts[partition]):
                 for _ in range(delays[i % len(delays)]):
                     await anyio.lowlevel.checkpoint()
+                if self.interval:
+                    await anyio.sleep(self.interval)
                 if failure is not None and failure[0] == i:
                     raise RuntimeError(failure[1])
                 self.pulls[partition] += 1

@@ -39,7 +39,12 @@ class WorkerStageReader:
         if not source.is_placed or not 0 <= task_number < source.task_count:
             raise InvalidArgument(f"{source} has no placed task {task_number}")
         url = source.worker_urls[task_number]
-        key = TaskKey(query_id=source.query_id, stage_id=source.stage_id, task_number=task_number)
+        key = TaskKey(
+            query_id=source.query_id,
+            stage_id=source.stage_id,
+            task_number=task_number,
+            attempt=source.attempt,
+        )
         if isinstance(head, HashBuckets):
             request = execute_task_request(
                 key,

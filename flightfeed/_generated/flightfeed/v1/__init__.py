@@ -1525,6 +1525,12 @@ class StageInput(betterproto2.Message):
     The worker each producer task runs on, by task number (one entry per task).
     """
 
+    attempt: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+    """
+    The query attempt the producer tasks belong to (their TaskKey's attempt): a retried
+    query's tasks read only tasks of their own attempt.
+    """
+
 
 default_message_pool.register_message("flightfeed.v1", "StageInput", StageInput)
 
