@@ -112,9 +112,10 @@ class WorkerHealth:
         return found
 
     async def failed(self, error: BaseException) -> None:
-        """A query failed: if its worker is gone (the connection lost, or silent), leave the
-        worker out of new queries for a while and drop its channel."""
-        if not isinstance(error, RemoteError) or error.grpc_status is not Status.UNAVAILABLE:
+        """A query failed: if its worker is gone (the connection lost, or silent) or shutting
+        down, leave the worker out of new queries for a while and drop its channel."""
+        gone = isinstance(error, RemoteError) and error.grpc_status is Status.UNAVAILABLE
+        if not (gone or isinstance(error, Unavailable)):
             return
         url = error.origin.worker_url if error.origin is not None else ""
         if url:
@@ -125,6 +126,8 @@ class WorkerHealth:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer within the timeout"
+    if isinstance(exc, FlightfeedError):
+        return exc.message
     return str(exc) or type(exc).__name__
 
 
