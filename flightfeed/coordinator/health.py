@@ -114,6 +114,8 @@ class WorkerHealth:
     async def failed(self, error: BaseException) -> None:
         """A query failed: if its worker is gone (the connection lost, or silent) or shutting
         down, leave the worker out of new queries for a while and drop its channel."""
+        if not isinstance(error, FlightfeedError):
+            return
         gone = isinstance(error, RemoteError) and error.grpc_status is Status.UNAVAILABLE
         if not (gone or isinstance(error, Unavailable)):
             return
