@@ -165,13 +165,14 @@ class FeedReplay:
                     await log.demand.wait()
                 try:
                     unit = await anext(stream)
+                    body = unit if type(unit) is bytes else encode_unit(unit)
                 except StopAsyncIteration:
                     log.ended = True
                     return
-                except Exception as exc:
+                except Exception as exc:  # the provider's, or a unit it cannot send
                     log.error = exc
                     return
-                log.units.append(unit if type(unit) is bytes else encode_unit(unit))
+                log.units.append(body)
                 log.notify()
         finally:
             close_error = await close_feed(stream)
