@@ -57,22 +57,35 @@ class _PartitionLog:
         self.wanted = 0  # the pump pulls while base + len(units) < wanted
         self.ended = False
         self.error: Exception | None = None
-        self.changed = anyio.Event()  # a unit, the end or an error arrived
-        self.demand = anyio.Event()  # a reader raised `wanted`
+        self.changed: anyio.Event | None = None  # readers wait: a unit, the end or an error
+        self.demand: anyio.Event | None = None  # the pump waits: a reader raised `wanted`
 
     @property
     def pulled(self) -> int:
         return self.base + len(self.units)
 
     def notify(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
+        """Wake the readers waiting (events only while someone waits: the hot path is lean)."""
+        if self.changed is not None:
+            self.changed.set()
+            self.changed = None
 
     def ask(self, wanted: int) -> None:
         if wanted > self.wanted:
             self.wanted = wanted
-            self.demand.set()
+            if self.demand is not None:
+                self.demand.set()
+                self.demand = None
+
+    async def wait_changed(self) -> None:
+        if self.changed is None:
+            self.changed = anyio.Event()
+        await self.changed.wait()
+
+    async def wait_demand(self) -> None:
+        if self.demand is None:
             self.demand = anyio.Event()
+        await self.demand.wait()
 
     def __repr__(self) -> str:
         return f"feed {self.feed_id.hex()} partition {self.partition}"
@@ -144,9 +157,8 @@ class FeedReplay:
                 raise log.error
             if log.ended:
                 return
-            changed = log.changed
             log.ask(index + max(1, credit()))
-            await changed.wait()
+            await log.wait_changed()
 
     async def _pump(
         self, log: _PartitionLog, provider: WorkUnitFeedProvider[Any], ctx: TaskContext
@@ -162,7 +174,7 @@ class FeedReplay:
         try:
             while True:
                 while log.pulled >= log.wanted:
-                    await log.demand.wait()
+                    await log.wait_demand()
                 try:
                     unit = await anext(stream)
                     body = unit if type(unit) is bytes else encode_unit(unit)
