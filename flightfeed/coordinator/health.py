@@ -112,8 +112,9 @@ class WorkerHealth:
         return found
 
     async def failed(self, error: BaseException) -> None:
-        """A query failed: if its worker is gone (the connection lost, or silent) or shutting
-        down, leave the worker out of new queries for a while and drop its channel."""
+        """A query failed: if its worker is gone (the connection lost, or silent), leave the
+        worker out of new queries for a while and drop its channel; if it is shutting down,
+        leave it out too, but keep the channel its running tasks still use."""
         if not isinstance(error, FlightfeedError):
             return
         gone = isinstance(error, RemoteError) and error.grpc_status is Status.UNAVAILABLE
@@ -122,7 +123,8 @@ class WorkerHealth:
         url = error.origin.worker_url if error.origin is not None else ""
         if url:
             self.down[url] = (anyio.current_time(), _reason(error))
-            await self.channels.forget(url)
+            if gone:
+                await self.channels.forget(url)
 
 
 def _reason(exc: BaseException) -> str:
