@@ -89,7 +89,14 @@ class WorkerHealth:
 
     async def lost(self, urls: Sequence[str]) -> dict[str, str]:
         """Of `urls`, the workers that no longer answer, and why; each is left out of new
-        queries (and its channel dropped). Asked all at once, over the channels in use."""
+        queries (and its channel dropped). Asked all at once, over the channels in use; a
+        worker left out already (its connection just failed) is not asked again."""
+        now = anyio.current_time()
+        known = {
+            url: self.down[url][1]
+            for url in urls
+            if url in self.down and now - self.down[url][0] < self.recheck_after
+        }
         found: dict[str, str] = {}
 
         async def probe(url: str) -> None:
@@ -105,11 +112,12 @@ class WorkerHealth:
 
         async with anyio.create_task_group() as tg:
             for url in dict.fromkeys(urls):
-                tg.start_soon(probe, url)
+                if url not in known:
+                    tg.start_soon(probe, url)
         for url, reason in found.items():
             self.down[url] = (anyio.current_time(), reason)
             await self.channels.forget(url)
-        return found
+        return known | found
 
     async def failed(self, error: BaseException) -> None:
         """A query failed: if its worker is gone (the connection lost, or silent), leave the
