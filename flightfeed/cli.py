@@ -24,7 +24,9 @@ flightfeed tables alter    --worker URL NAME [--add-column NAME:TYPE ...] [--opt
 flightfeed tables count    --worker URL NAME
 flightfeed tables drop     --worker URL NAME [--if-exists]
                   (NAME: TABLE or CATALOG.SCHEMA.TABLE; every tables command takes
-                  --timeout SECONDS; the syntax in full: flightfeed tables --help)
+                  --timeout SECONDS, and for a grpc+tls:// worker --tls-ca PEM
+                  [--tls-cert PEM --tls-key PEM], for one requiring a token
+                  --auth-token-file FILE; the syntax in full: flightfeed tables --help)
 flightfeed --version
 """
 
@@ -41,9 +43,9 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._version import __version__
+from .cli_security import auth, client_tls, own_token, server_tls
 from .coordinator.admission import DEFAULT_MAX_CONCURRENT_QUERIES
 from .errors import FlightfeedError, InvalidArgument
-from .flight.auth import BearerTokens, read_tokens
 from .flight.connection_limits import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -54,7 +56,6 @@ from .flight.connection_limits import (
     default_max_connections,
 )
 from .flight.keepalive import KeepalivePolicy
-from .flight.tls import ClientTls, ServerTls
 from .flight.tuning import run
 from .plan.memory import DEFAULT_MEMORY_FRACTION, default_memory_limit, parse_memory_size
 from .tables_cli import add_tables_parser
@@ -93,42 +94,11 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
             args.data_dir if args.data_dir in (None, ":memory:") else os.path.abspath(args.data_dir)
         ),
         table_compression=args.table_compression,
-        tls=_server_tls(args),
-        peer_tls=_client_tls(args),
-        auth=_auth(args),
-        peer_token=_own_token(args),
+        tls=server_tls(args),
+        peer_tls=client_tls(args),
+        auth=auth(args),
+        peer_token=own_token(args),
     )
-
-
-def _auth(args: argparse.Namespace) -> BearerTokens | None:
-    """--auth-token-file: the tokens a call may carry (one per line)."""
-    return BearerTokens(read_tokens(args.auth_token_file)) if args.auth_token_file else None
-
-
-def _own_token(args: argparse.Namespace) -> str | None:
-    """The token this process sends the workers it calls: the file's first."""
-    tokens = read_tokens(args.auth_token_file) if args.auth_token_file else []
-    return tokens[0] if tokens else None
-
-
-def _server_tls(args: argparse.Namespace) -> ServerTls | None:
-    """--tls-cert and --tls-key serve over TLS; --tls-ca then requires client certificates it
-    signed (mutual TLS)."""
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise InvalidArgument("--tls-cert and --tls-key go together")
-    if args.tls_cert is None:
-        if args.tls_ca is not None:
-            raise InvalidArgument("--tls-ca needs --tls-cert and --tls-key")
-        return None
-    return ServerTls(args.tls_cert, args.tls_key, args.tls_ca)
-
-
-def _client_tls(args: argparse.Namespace) -> ClientTls | None:
-    """How this process reaches grpc+tls:// workers: --tls-ca as their root CA, and its own
-    --tls-cert/--tls-key as its client certificate."""
-    if args.tls_ca is None and args.tls_cert is None:
-        return None
-    return ClientTls(args.tls_ca, args.tls_cert, args.tls_key)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -199,10 +169,10 @@ def _coordinator(args: argparse.Namespace) -> int:
                 ttl=args.query_ttl,
                 max_concurrent_queries=args.max_concurrent_queries or None,
                 max_queued_queries=args.max_queued_queries,
-                tls=_server_tls(args),
-                worker_tls=_client_tls(args),
-                auth=_auth(args),
-                worker_token=_own_token(args),
+                tls=server_tls(args),
+                worker_tls=client_tls(args),
+                auth=auth(args),
+                worker_token=own_token(args),
             ) as cluster:
                 tables = ", ".join(sorted(catalog.tables)) or "no tables"
                 print(

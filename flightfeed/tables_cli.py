@@ -11,7 +11,12 @@ flightfeed tables alter    --worker URL NAME [--add-column NAME:TYPE ...]
 flightfeed tables count    --worker URL NAME
 flightfeed tables drop     --worker URL NAME [--if-exists]
 
-Every command also takes `--timeout SECONDS`, the longest wait for each answer (default 10).
+Every command also takes `--timeout SECONDS`, the longest wait for each answer (default 10),
+and what a secured worker needs: for a `grpc+tls://` worker, `--tls-ca PEM` (the CA that signed
+its certificate; the system's roots without it) and, when it requires mutual TLS, `--tls-cert
+PEM --tls-key PEM` (the client certificate to present); for one that requires a bearer token,
+`--auth-token-file FILE` (the file's first token is sent with every call, as the worker's own
+flag of that name sends it to its peers).
 
 NAME is `table` (catalog `flightfeed`, schema `public`) or `catalog.schema.table`.
 
@@ -32,8 +37,11 @@ is kept; fixed when the table is created).
 the columns are added first: everything is checked before either change is sent.
 
 Exit status: 0 done; 1 the worker refused (no such table, one exists already, a stale schema
-version, a value it does not accept) or could not be reached; 2 a bad command line, and
-nothing was sent. Errors are one line on stderr naming the command, the table and the worker.
+version, a value it does not accept, a missing or refused token) or could not be reached (a
+TLS handshake that failed included); 2 a bad command line (TLS flags for a grpc:// worker, a
+certificate without its key, a TLS or token file that cannot be read), and nothing was sent.
+Errors are one line on stderr naming the command, the table and the worker; a token never
+appears in one.
 
 `list` uses Flight's ListFlights; `create`, `count` and `drop` the Flight actions
 `create_table`, `count_rows` and `drop_table`; `describe` and `alter` HoraeDB's
@@ -46,7 +54,7 @@ import argparse
 import json
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -65,10 +73,13 @@ from ._generated.remote_engine import (
     TableInfo,
 )
 from ._generated.schema import DataType
-from .errors import FlightfeedError, InvalidArgument, NotFound, RemoteError
+from .cli_security import client_tls
+from .errors import FlightfeedError, InvalidArgument, NotFound, RemoteError, Unauthenticated
+from .flight.auth import bearer, read_tokens
 from .flight.client import FlightClient, parse_location
 from .flight.grpc import GrpcChannel
 from .flight.schema import schema_from_ipc
+from .flight.tls import ClientTls, is_tls_location
 from .flight.tuning import use_uvloop_default
 from .messages import parse_strict
 from .protocol import TYPED_ERRORS
@@ -252,15 +263,38 @@ def _header_error(header: Any, rpc: str) -> None:
 
 
 class WorkerTables:
-    """One worker's tables, over its Flight service and its RemoteEngineService."""
+    """One worker's tables, over its Flight service and its RemoteEngineService: over TLS for a
+    `grpc+tls://` worker (`tls`: its root CA, and the client certificate for mutual TLS), and
+    with `authorization: Bearer <token>` on every call when there is a `token`."""
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(
+        self, url: str, timeout: float, *, tls: ClientTls | None = None, token: str | None = None
+    ) -> None:
         self.url = url
         self.timeout = timeout
+        self.has_token = token is not None
+        self.has_certificate = tls is not None and tls.cert_chain is not None
         host, port = parse_location(url)
-        self.flight = FlightClient(url, errors=TYPED_ERRORS)  # _call has the timeout
-        self._channel = GrpcChannel(host, port)
-        self.engine = RemoteEngineServiceStub(self._channel)
+        metadata = bearer(token) if token is not None else None
+        # _call has the timeout
+        self.flight = FlightClient(url, errors=TYPED_ERRORS, tls=tls, metadata=metadata)
+        context = (tls or ClientTls()).context() if is_tls_location(url) else None
+        self._channel = GrpcChannel(host, port, ssl=context)
+        self.engine = RemoteEngineServiceStub(self._channel, metadata=metadata)
+
+    def _refused_token(self) -> Refused:
+        if self.has_token:
+            return Refused("the worker refused the token (of --auth-token-file)")
+        return Refused("the worker requires a bearer token: give --auth-token-file FILE")
+
+    def _unreachable(self, reason: object) -> Refused:
+        hint = ""
+        if is_tls_location(self.url):
+            if "CERTIFICATE_VERIFY_FAILED" in str(reason):
+                hint = "; --tls-ca must be the CA that signed the worker's certificate"
+            elif not self.has_certificate:
+                hint = "; a worker requiring mutual TLS needs --tls-cert and --tls-key"
+        return Refused(f"cannot reach the worker ({reason}){hint}")
 
     async def close(self) -> None:
         await self.flight.close()
@@ -276,11 +310,17 @@ class WorkerTables:
         except RemoteError as exc:  # no flightfeed error: the connection, or not a worker
             reason = exc.message.partition(f"cannot reach {self.url}: ")[2] or exc.message
             if exc.grpc_status == Status.UNAVAILABLE:
-                raise Refused(f"cannot reach the worker ({reason})") from None
+                raise self._unreachable(reason) from None
+            if exc.grpc_status == Status.UNAUTHENTICATED:
+                raise self._refused_token() from None
             raise Refused(f"{what}: {reason} (is it a flightfeed worker?)") from None
+        except Unauthenticated:
+            raise self._refused_token() from None
         except FlightfeedError as exc:
             raise Refused(exc.message, not_found=isinstance(exc, NotFound)) from None
         except GRPCError as exc:
+            if exc.status == Status.UNAUTHENTICATED:
+                raise self._refused_token() from None
             if exc.status == Status.UNIMPLEMENTED:
                 raise Refused(
                     f"the worker does not serve {what} (a flightfeed worker serves tables when"
@@ -288,8 +328,10 @@ class WorkerTables:
                 ) from None
             raise Refused(f"{what}: {exc.message} (is it a flightfeed worker?)") from None
         except OSError as exc:
-            raise Refused(f"cannot reach the worker ({exc})") from None
+            raise self._unreachable(exc) from None
         except (StreamTerminatedError, ProtocolError) as exc:
+            if is_tls_location(self.url):
+                raise self._unreachable(f"{what}: the connection failed: {exc}") from None
             raise Refused(f"{what}: the connection failed ({exc})") from None
 
     async def list_tables(self) -> list[tuple[TableName, pa.Schema]]:
@@ -370,11 +412,14 @@ class WorkerTables:
 
 @dataclass(frozen=True)
 class Context:
-    """What every command has: the worker and how long to wait for it."""
+    """What every command has: the worker, how long to wait for it, and how to reach it (TLS,
+    a token)."""
 
     worker: str
     timeout: float
     use_uvloop: bool
+    tls: ClientTls | None = None
+    token: str | None = field(default=None, repr=False)
 
     def print(self, text: str = "") -> None:
         print(text, flush=True)
@@ -384,7 +429,7 @@ class Context:
         tuning); its failures come out as Refused."""
 
         async def main() -> T:
-            tables = WorkerTables(self.worker, self.timeout)
+            tables = WorkerTables(self.worker, self.timeout, tls=self.tls, token=self.token)
             try:
                 return await body(tables)
             finally:
@@ -605,12 +650,43 @@ def _subject(args: argparse.Namespace) -> str:
         return repr(args.name)
 
 
+def security(args: argparse.Namespace) -> tuple[ClientTls | None, str | None]:
+    """How to reach the worker: its TLS settings and the token to send, from the flags, every
+    file read now (a mistake is the command line's: nothing is sent)."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise InvalidArgument(
+            "--tls-cert and --tls-key go together (the client certificate and its private key)"
+        )
+    tls = client_tls(args)
+    if tls is not None:
+        if not is_tls_location(args.worker):
+            raise InvalidArgument(
+                "--tls-ca, --tls-cert and --tls-key are for a grpc+tls:// worker, not"
+                f" {args.worker}"
+            )
+        tls.context()  # the files, read and checked
+    token = None
+    if args.auth_token_file is not None:
+        tokens = read_tokens(args.auth_token_file)
+        if not tokens:
+            raise InvalidArgument(f"--auth-token-file {args.auth_token_file!r} holds no token")
+        token = tokens[0]
+    return tls, token
+
+
 def run_tables(args: argparse.Namespace) -> int:
     """`flightfeed tables ...`: the exit status; one line on stderr when it is not 0."""
     where = f"{args.tables_command} {_subject(args)} on {args.worker}"
-    ctx = Context(args.worker, args.timeout, use_uvloop=use_uvloop_default() and not args.no_uvloop)
     try:
         parse_location(args.worker)
+        tls, token = security(args)
+        ctx = Context(
+            args.worker,
+            args.timeout,
+            use_uvloop=use_uvloop_default() and not args.no_uvloop,
+            tls=tls,
+            token=token,
+        )
         return COMMANDS[args.tables_command](args, ctx)
     except Refused as exc:
         print(f"flightfeed: error: {where}: {exc.reason}", file=sys.stderr)
@@ -654,7 +730,27 @@ def add_tables_parser(commands: Any) -> None:
     """`flightfeed tables` and its commands, on the `flightfeed` parser's subcommands."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--worker", required=True, metavar="URL", help="the worker's grpc://host:port"
+        "--worker",
+        required=True,
+        metavar="URL",
+        help="the worker's grpc://host:port (grpc+tls://host:port over TLS)",
+    )
+    common.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        help="the CA that signed a grpc+tls:// worker's certificate (default: the system's roots)",
+    )
+    common.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="the client certificate to present to a worker that requires mutual TLS",
+    )
+    common.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    common.add_argument(
+        "--auth-token-file",
+        metavar="FILE",
+        help="send the file's first token (authorization: Bearer) with every call, to a worker"
+        " started with --auth-token-file",
     )
     common.add_argument(
         "--timeout",

@@ -2,8 +2,11 @@
 Flight client (synchronous, as Spark's data source methods are): a query's schema, its
 endpoints, a read; a worker's table actions and DoPut streams.
 
-Failures become FlightfeedErrors that say what to do: an unreachable coordinator or worker, an
-unknown table, bad arguments.
+Every call goes through a `Connection`: the bearer token it sends and the TLS files it reaches
+`grpc+tls://` servers with (paths, read where the call is made: on Spark's executors too).
+
+Failures become FlightfeedErrors that say what to do: an unreachable coordinator or worker, a
+refused token, an unknown table, bad arguments.
 """
 
 from __future__ import annotations
@@ -11,17 +14,142 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.flight as fl
 from grpclib.const import Status
 
-from ..errors import FlightfeedError, InvalidArgument, NotFound, RemoteError
+from ..errors import FlightfeedError, InvalidArgument, NotFound, RemoteError, Unauthenticated
+from ..flight.auth import AUTHORIZATION, read_tokens
 
 DEFAULT_TIMEOUT = 60.0
 COORDINATOR = "flightfeed coordinator"
 WORKER = "flightfeed worker"
+TOKEN: Final = "token"
+TOKEN_FILE: Final = "tokenFile"
+TLS_ROOT_CERTS: Final = "tlsRootCerts"
+TLS_CERT_CHAIN: Final = "tlsCertChain"
+TLS_PRIVATE_KEY: Final = "tlsPrivateKey"
+"""The data source's options a Connection comes from (case-insensitive, as all of them)."""
+HIDDEN: Final = "<hidden>"
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach the servers: the bearer token to send (`token`, or the first of the token
+    file `token_file`'s), and for `grpc+tls://` locations the PEM root CA to check them against
+    (`root_certs`; the system's roots without one) and the client certificate and key to present
+    to servers that require mutual TLS. Files are read by each call, where it runs; the token
+    never shows in a repr or an error message. Plain data: it pickles to Spark's executors."""
+
+    token: str | None = None
+    token_file: str | None = None
+    root_certs: str | None = None
+    cert_chain: str | None = None
+    private_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.token is not None and self.token_file is not None:
+            raise InvalidArgument(f"give option {TOKEN!r} or {TOKEN_FILE!r}, not both")
+        if self.token is not None and not self.token.strip():
+            raise InvalidArgument(f"option {TOKEN!r} is empty")
+        if (self.cert_chain is None) != (self.private_key is None):
+            raise InvalidArgument(
+                f"options {TLS_CERT_CHAIN!r} and {TLS_PRIVATE_KEY!r} go together: the client"
+                " certificate (PEM) for mutual TLS and its private key"
+            )
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> Connection:
+        """From the data source's options, their names in lower case."""
+
+        def option(name: str) -> str | None:
+            value = options.get(name.lower())
+            return None if value is None else str(value)
+
+        return cls(
+            token=option(TOKEN),
+            token_file=option(TOKEN_FILE),
+            root_certs=option(TLS_ROOT_CERTS),
+            cert_chain=option(TLS_CERT_CHAIN),
+            private_key=option(TLS_PRIVATE_KEY),
+        )
+
+    @property
+    def has_token(self) -> bool:
+        return self.token is not None or self.token_file is not None
+
+    def __repr__(self) -> str:
+        shown = [
+            f"{name}={value!r}"
+            for name, value in (
+                ("token_file", self.token_file),
+                ("root_certs", self.root_certs),
+                ("cert_chain", self.cert_chain),
+                ("private_key", self.private_key),
+            )
+            if value is not None
+        ]
+        if self.token is not None:
+            shown.insert(0, f"token={HIDDEN}")
+        return f"Connection({', '.join(shown)})"
+
+    def bearer_token(self) -> str | None:
+        """The token to send: option `token`'s, or the token file's first (read now)."""
+        if self.token is not None:
+            return self.token.strip()
+        if self.token_file is None:
+            return None
+        try:
+            tokens = read_tokens(self.token_file)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"option {TOKEN_FILE!r}: {exc.message}{_WHERE}") from None
+        if not tokens:
+            raise InvalidArgument(
+                f"option {TOKEN_FILE!r}: {self.token_file!r} holds no token (one a line; blank"
+                " lines and lines starting with # are skipped)"
+            )
+        return tokens[0]
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """The `authorization` header every call carries, if there is a token."""
+        token = self.bearer_token()
+        if token is None:
+            return []
+        return [(AUTHORIZATION.encode(), f"Bearer {token}".encode())]
+
+    def connect(self, uri: str) -> fl.FlightClient:
+        """pyarrow's client for `uri`, with the TLS files (read now) if there are any."""
+        tls: dict[str, bytes] = {}
+        if self.root_certs is not None:
+            tls["tls_root_certs"] = _read(self.root_certs, TLS_ROOT_CERTS)
+        if self.cert_chain is not None and self.private_key is not None:
+            tls["cert_chain"] = _read(self.cert_chain, TLS_CERT_CHAIN)
+            tls["private_key"] = _read(self.private_key, TLS_PRIVATE_KEY)
+        return fl.connect(uri, **tls)
+
+
+PLAIN: Final = Connection()
+"""No token, no TLS files (a grpc+tls:// server is then checked against the system's roots)."""
+
+
+_WHERE: Final = "; the file must exist where the connection is made (on Spark's executors too)"
+
+
+def _read(path: str, option: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise InvalidArgument(
+            f"option {option!r}: cannot read {path!r} ({exc.strerror or exc}){_WHERE}"
+        ) from None
+
+
+def redacted(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` with the value of `authorization` hidden (for a repr)."""
+    return {k: HIDDEN if k.lower() == AUTHORIZATION else v for k, v in headers.items()}
 
 
 @dataclass(frozen=True)
@@ -32,19 +160,33 @@ class Endpoint:
     locations: tuple[str, ...]
 
 
-def _options(headers: Mapping[str, str], timeout: float) -> fl.FlightCallOptions:
+def _options(
+    headers: Mapping[str, str], timeout: float, connection: Connection
+) -> fl.FlightCallOptions:
     pairs = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-    return fl.FlightCallOptions(headers=pairs, timeout=timeout)
+    return fl.FlightCallOptions(headers=pairs + connection.headers(), timeout=timeout)
 
 
 def flight_error(uri: str, what: str, exc: Exception, peer: str = COORDINATOR) -> FlightfeedError:
     """A Flight failure as an error that says what happened and where (`peer`: what `uri` is)."""
-    text = str(exc).split(". gRPC client debug context", 1)[0]
+    full = str(exc)  # pyarrow raises a plain OSError for some statuses: the text says which
+    text = full.split(". gRPC client debug context", 1)[0]
     text = text.replace("Flight returned ", "").strip()
-    if isinstance(exc, fl.FlightUnavailableError) or "returned unavailable error" in str(exc):
+    if isinstance(exc, fl.FlightUnavailableError) or "returned unavailable error" in full:
+        hint = ""
+        if uri.startswith("grpc+tls://"):
+            hint = (
+                f" (over TLS: option {TLS_ROOT_CERTS!r} is the CA that signed its certificate; a"
+                f" server requiring mutual TLS needs {TLS_CERT_CHAIN!r} and {TLS_PRIVATE_KEY!r})"
+            )
         return RemoteError(
-            f"cannot reach the {peer} at {uri} ({what}): {text}",
+            f"cannot reach the {peer} at {uri} ({what}): {text}{hint}",
             grpc_status=Status.UNAVAILABLE,
+        )
+    if isinstance(exc, fl.FlightUnauthenticatedError) or "returned unauthenticated error" in full:
+        return Unauthenticated(
+            f"the {peer} at {uri} refused {what}: the bearer token is missing or wrong (give"
+            f" option {TOKEN!r} or {TOKEN_FILE!r} a token it accepts)"
         )
     if isinstance(exc, KeyError | pa.ArrowKeyError):
         return NotFound(f"{what} at {uri}: {text}")
@@ -60,12 +202,14 @@ def get_schema(
     timeout: float = DEFAULT_TIMEOUT,
     *,
     peer: str = COORDINATOR,
+    connection: Connection = PLAIN,
 ) -> pa.Schema:
     """The schema of a table query (or of a worker's table), without starting anything."""
     try:
-        with fl.connect(uri) as client:
+        with connection.connect(uri) as client:
             descriptor = fl.FlightDescriptor.for_command(command)
-            return client.get_schema(descriptor, _options(headers, timeout)).schema
+            call = _options(headers, timeout, connection)
+            return client.get_schema(descriptor, call).schema
     except (fl.FlightError, pa.ArrowException, OSError) as exc:
         raise flight_error(uri, "GetSchema", exc, peer) from None
 
@@ -77,13 +221,14 @@ def get_endpoints(
     timeout: float = DEFAULT_TIMEOUT,
     *,
     peer: str = COORDINATOR,
+    connection: Connection = PLAIN,
 ) -> tuple[bytes, list[Endpoint]]:
     """Start a table query (or plan a worker's table read); its id (if any) and one endpoint
     per output partition."""
     try:
-        with fl.connect(uri) as client:
+        with connection.connect(uri) as client:
             descriptor = fl.FlightDescriptor.for_command(command)
-            info = client.get_flight_info(descriptor, _options(headers, timeout))
+            info = client.get_flight_info(descriptor, _options(headers, timeout, connection))
     except (fl.FlightError, pa.ArrowException, OSError) as exc:
         raise flight_error(uri, "GetFlightInfo", exc, peer) from None
     endpoints = [
@@ -94,15 +239,20 @@ def get_endpoints(
 
 
 def read_endpoint(
-    endpoint: Endpoint, headers: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT
+    endpoint: Endpoint,
+    headers: Mapping[str, str],
+    timeout: float = DEFAULT_TIMEOUT,
+    *,
+    connection: Connection = PLAIN,
 ) -> Iterator[pa.RecordBatch]:
     """The batches of one endpoint, read from the first of its locations that answers."""
     errors: list[str] = []
     for location in endpoint.locations:
         yielded = False
         try:
-            with fl.connect(location) as client:
-                reader = client.do_get(fl.Ticket(endpoint.ticket), _options(headers, timeout))
+            with connection.connect(location) as client:
+                call = _options(headers, timeout, connection)
+                reader = client.do_get(fl.Ticket(endpoint.ticket), call)
                 for chunk in reader:
                     yielded = True
                     yield chunk.data
@@ -117,24 +267,34 @@ def read_endpoint(
     )
 
 
-def explain(uri: str, command: bytes, headers: Mapping[str, str]) -> str:
+def explain(
+    uri: str, command: bytes, headers: Mapping[str, str], *, connection: Connection = PLAIN
+) -> str:
     """The distributed plan a table query would run, as the coordinator describes it."""
     try:
-        with fl.connect(uri) as client:
+        with connection.connect(uri) as client:
             action = fl.Action("explain", command)
-            results = list(client.do_action(action, _options(headers, DEFAULT_TIMEOUT)))
+            call = _options(headers, DEFAULT_TIMEOUT, connection)
+            results = list(client.do_action(action, call))
     except (fl.FlightError, pa.ArrowException, OSError) as exc:
         raise flight_error(uri, "explain", exc) from None
     return b"".join(r.body.to_pybytes() for r in results).decode()
 
 
 def stream_action(
-    uri: str, kind: str, body: bytes, headers: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT
+    uri: str,
+    kind: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    timeout: float = DEFAULT_TIMEOUT,
+    *,
+    connection: Connection = PLAIN,
 ) -> dict[str, Any]:
     """A stream action of the coordinator ("stream_open", "stream_latest", "stream_commit")."""
     try:
-        with fl.connect(uri) as client:
-            results = list(client.do_action(fl.Action(kind, body), _options(headers, timeout)))
+        with connection.connect(uri) as client:
+            call = _options(headers, timeout, connection)
+            results = list(client.do_action(fl.Action(kind, body), call))
     except (fl.FlightError, pa.ArrowException, OSError) as exc:
         raise flight_error(uri, kind, exc) from None
     answer: dict[str, Any] = json.loads(b"".join(r.body.to_pybytes() for r in results))
@@ -149,11 +309,13 @@ def do_action(
     timeout: float = DEFAULT_TIMEOUT,
     *,
     peer: str = WORKER,
+    connection: Connection = PLAIN,
 ) -> bytes:
     """Run an action (a worker's "commit_staged", "count_rows", ...); its results, joined."""
     try:
-        with fl.connect(uri) as client:
-            results = list(client.do_action(fl.Action(kind, body), _options(headers, timeout)))
+        with connection.connect(uri) as client:
+            call = _options(headers, timeout, connection)
+            results = list(client.do_action(fl.Action(kind, body), call))
     except (fl.FlightError, pa.ArrowException, OSError) as exc:
         raise flight_error(uri, kind, exc, peer) from None
     return b"".join(r.body.to_pybytes() for r in results)
@@ -168,6 +330,7 @@ def put_batches(
     timeout: float = DEFAULT_TIMEOUT,
     *,
     peer: str = WORKER,
+    connection: Connection = PLAIN,
 ) -> tuple[int, bytes]:
     """DoPut `batches` (of `schema`) under a descriptor with `command`: (rows sent, the
     server's last PutResult metadata). An error raised by `batches` themselves propagates as it
@@ -177,13 +340,14 @@ def put_batches(
     sent = 0
     answer = b""
     try:
-        flight = fl.connect(uri)
+        flight = connection.connect(uri)
     except (fl.FlightError, pa.ArrowException, OSError) as exc:
         raise flight_error(uri, "DoPut", exc, peer) from None
     with flight:
         try:
             descriptor = fl.FlightDescriptor.for_command(command)
-            writer, reader = flight.do_put(descriptor, schema, _options(headers, timeout))
+            call = _options(headers, timeout, connection)
+            writer, reader = flight.do_put(descriptor, schema, call)
         except (fl.FlightError, pa.ArrowException, OSError) as exc:
             raise flight_error(uri, "DoPut", exc, peer) from None
         for batch in batches:  # outside the try: the caller's errors are not the server's
@@ -203,18 +367,28 @@ def put_batches(
     return sent, answer
 
 
-def release(uri: str, query_id: bytes, headers: Mapping[str, str]) -> None:
+def release(
+    uri: str, query_id: bytes, headers: Mapping[str, str], *, connection: Connection = PLAIN
+) -> None:
     """Tell the coordinator a query's readers are done (best effort)."""
     try:
-        with fl.connect(uri) as client:
-            list(client.do_action(fl.Action("release", query_id), _options(headers, 10.0)))
-    except (fl.FlightError, pa.ArrowException):
+        with connection.connect(uri) as client:
+            call = _options(headers, 10.0, connection)
+            list(client.do_action(fl.Action("release", query_id), call))
+    except (fl.FlightError, pa.ArrowException, OSError, FlightfeedError):
         pass  # the query is released after its TTL anyway
 
 
 __all__ = [
     "COORDINATOR",
+    "PLAIN",
+    "TLS_CERT_CHAIN",
+    "TLS_PRIVATE_KEY",
+    "TLS_ROOT_CERTS",
+    "TOKEN",
+    "TOKEN_FILE",
     "WORKER",
+    "Connection",
     "Endpoint",
     "do_action",
     "explain",
@@ -223,6 +397,7 @@ __all__ = [
     "get_schema",
     "put_batches",
     "read_endpoint",
+    "redacted",
     "release",
     "stream_action",
 ]

@@ -21,7 +21,13 @@ the default: a query of the coordinator's catalog; "table": a durable table the 
 each; default 1, as the data source cannot see Spark's parallelism: set it to e.g.
 `spark.sparkContext.defaultParallelism` to read in parallel), `columns` (comma-separated, to
 read fewer), `timeout` (seconds per call), and `header.NAME` (a header sent with every call;
-the workers' session builders see the query's).
+the workers' session builders see the query's). A server that requires a bearer token gets
+`token`, or the first token of the file `tokenFile`, as `authorization: Bearer <token>` on
+every call; a `grpc+tls://` one is checked against the PEM CA bundle `tlsRootCerts` (the
+system's roots without it), and a server requiring mutual TLS gets the client certificate
+`tlsCertChain` with its key `tlsPrivateKey`. Those files are read where each call is made, on
+the driver and on every executor: the paths must exist on each. A TableOptions' repr hides the
+token.
 
 A durable table's TIMESTAMP columns (milliseconds since the epoch) read as Spark's TimestampType
 (an instant; shown in the session's time zone), and its unsigned integers widen to the next
@@ -41,7 +47,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pyarrow as pa
@@ -59,6 +65,7 @@ from pyspark.sql.types import StructType
 from .._generated.flightfeed.v1 import TableCommand, TableRef
 from ..coordinator.table_query import table_command
 from ..errors import InvalidArgument
+from ..flight.auth import AUTHORIZATION
 from ..plan import decode_expr, encode_expr
 from ..plan.expr_proto import expr_to_proto
 from . import client
@@ -110,6 +117,13 @@ class TableOptions:
     timeout: float = client.DEFAULT_TIMEOUT
     source: str = SOURCE_QUERY
     partitions: int = 1
+    connection: client.Connection = client.PLAIN
+    """The token and TLS files every call uses."""
+
+    def __repr__(self) -> str:
+        """Without the token (Spark may log a reader): an `authorization` header is hidden
+        too, and the Connection's repr hides its token."""
+        return redacted_repr(self)
 
     @classmethod
     def of(cls, options: Any) -> TableOptions:
@@ -142,6 +156,12 @@ class TableOptions:
         headers = {
             k[len(HEADER_PREFIX) :]: v for k, v in found.items() if k.startswith(HEADER_PREFIX)
         }
+        connection = client.Connection.of(found)
+        if connection.has_token and AUTHORIZATION in headers:
+            raise InvalidArgument(
+                f"options {client.TOKEN!r} (or {client.TOKEN_FILE!r}) and"
+                f" '{HEADER_PREFIX}{AUTHORIZATION}' both set the authorization header: give one"
+            )
         try:
             timeout = float(found.get("timeout", client.DEFAULT_TIMEOUT))
         except ValueError:
@@ -161,7 +181,9 @@ class TableOptions:
                 "option 'partitions' is for source=table (a coordinator's query has the"
                 " partitions its plan gives it)"
             )
-        return cls(uri, table, tuple(arguments), columns, headers, timeout, source, partitions)
+        return cls(
+            uri, table, tuple(arguments), columns, headers, timeout, source, partitions, connection
+        )
 
     @property
     def is_table(self) -> bool:
@@ -186,8 +208,25 @@ class TableOptions:
     def arrow_schema(self) -> pa.Schema:
         """What the coordinator's query, or the worker's table read, returns."""
         return client.get_schema(
-            self.uri, self.command(), self.headers, self.timeout, peer=self.peer
+            self.uri,
+            self.command(),
+            self.headers,
+            self.timeout,
+            peer=self.peer,
+            connection=self.connection,
         )
+
+
+def redacted_repr(options: Any) -> str:
+    """A dataclass's repr with its `headers`' authorization value hidden."""
+    shown = []
+    for found in fields(options):
+        if found.repr:
+            value = getattr(options, found.name)
+            if found.name == "headers":
+                value = client.redacted(value)
+            shown.append(f"{found.name}={value!r}")
+    return f"{type(options).__name__}({', '.join(shown)})"
 
 
 def _partitions(text: str) -> int:
@@ -275,7 +314,12 @@ class FlightfeedReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         table = self.table
         _, endpoints = client.get_endpoints(
-            table.uri, table.command(self.filters), table.headers, table.timeout, peer=table.peer
+            table.uri,
+            table.command(self.filters),
+            table.headers,
+            table.timeout,
+            peer=table.peer,
+            connection=table.connection,
         )
         return [InputPartition(endpoint) for endpoint in endpoints]
 
@@ -289,7 +333,10 @@ def read_partition(
     """The batches of a partition's endpoint, exactly as Spark declared the columns."""
     endpoint: client.Endpoint = partition.value
     target = arrow_schema(schema)
-    for batch in client.read_endpoint(endpoint, table.headers, table.timeout):
+    batches = client.read_endpoint(
+        endpoint, table.headers, table.timeout, connection=table.connection
+    )
+    for batch in batches:
         yield conform(batch, target)
 
 

@@ -81,11 +81,12 @@ def _argument(table: str, index: int, node: exp.Expression) -> Argument:
     )
 
 
-def catalog_tables(uri: str) -> list[str]:
+def catalog_tables(uri: str, *, connection: client.Connection = client.PLAIN) -> list[str]:
     """The table names a coordinator serves (ListFlights)."""
     try:
-        with fl.connect(uri) as client:
-            return [info.descriptor.path[0].decode() for info in client.list_flights()]
+        with connection.connect(uri) as flight:
+            call = fl.FlightCallOptions(headers=connection.headers())
+            return [info.descriptor.path[0].decode() for info in flight.list_flights(b"", call)]
     except (fl.FlightError, pa.ArrowException, OSError) as exc:
         raise flight_error(uri, "ListFlights", exc) from None
 
@@ -99,8 +100,12 @@ def sql(
     options: Mapping[str, str] | None = None,
 ) -> Any:
     """Run Spark SQL in which the coordinator's tables are called as table functions; returns
-    the DataFrame. `options` go to every flightfeed read (headers as `header.NAME`)."""
-    rewritten, calls = rewrite(query, catalog_tables(uri) if tables is None else tables)
+    the DataFrame. `options` go to every flightfeed read (headers as `header.NAME`; the token
+    and TLS options reach the coordinator's table list too)."""
+    connection = _connection(options)
+    rewritten, calls = rewrite(
+        query, catalog_tables(uri, connection=connection) if tables is None else tables
+    )
     for call in calls:
         reader = spark.read.format(SOURCE_NAME).option("uri", uri).option("table", call.table)
         reader = reader.option("args", json.dumps(list(call.arguments)))
@@ -110,16 +115,30 @@ def sql(
     return spark.sql(rewritten)
 
 
-def explain(uri: str, query: str, *, tables: Collection[str] | None = None) -> str:
-    """flightfeed's part of a query's plan: each table call's stages, tasks and workers."""
-    _, calls = rewrite(query, catalog_tables(uri) if tables is None else tables)
+def explain(
+    uri: str,
+    query: str,
+    *,
+    tables: Collection[str] | None = None,
+    options: Mapping[str, str] | None = None,
+) -> str:
+    """flightfeed's part of a query's plan: each table call's stages, tasks and workers
+    (`options`: the token and TLS options, as for `sql`)."""
+    connection = _connection(options)
+    _, calls = rewrite(
+        query, catalog_tables(uri, connection=connection) if tables is None else tables
+    )
     parts = []
     for call_ in calls:
         command = table_command(call_.table, call_.arguments)
-        text = client.explain(uri, command, {})
+        text = client.explain(uri, command, {}, connection=connection)
         arguments = ", ".join(json.dumps(a) for a in call_.arguments)
         parts.append(f"{call_.table}({arguments}) on flightfeed:\n{text}")
     return "\n\n".join(parts)
+
+
+def _connection(options: Mapping[str, str] | None) -> client.Connection:
+    return client.Connection.of({str(k).lower(): str(v) for k, v in (options or {}).items()})
 
 
 def error_message(exc: BaseException) -> str:

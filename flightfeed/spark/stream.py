@@ -66,12 +66,20 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _open(self) -> dict[str, Any]:
         command = table_command(self.table.table, self.table.arguments)
-        return client.stream_action(self.table.uri, "stream_open", command, self.table.headers)
+        return self._action("stream_open", command)
+
+    def _action(
+        self, kind: str, body: bytes, timeout: float = client.DEFAULT_TIMEOUT
+    ) -> dict[str, Any]:
+        table = self.table
+        return client.stream_action(
+            table.uri, kind, body, table.headers, timeout, connection=table.connection
+        )
 
     def _latest(self) -> dict[str, int]:
         body = json.dumps({"stream": self.stream}).encode()
         try:
-            answer = client.stream_action(self.table.uri, "stream_latest", body, self.table.headers)
+            answer = self._action("stream_latest", body)
         except NotFound:  # closed while idle: open it again (its offsets restart)
             answer = self._open()
         return {str(k): int(v) for k, v in answer["offsets"].items()}
@@ -87,13 +95,7 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self.await_end > 0:
             self._open()
             body = json.dumps({"stream": self.stream, "timeout": self.await_end}).encode()
-            client.stream_action(
-                self.table.uri,
-                "stream_wait",
-                body,
-                self.table.headers,
-                timeout=self.await_end + self.table.timeout,
-            )
+            self._action("stream_wait", body, timeout=self.await_end + self.table.timeout)
         self.target = self._latest()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
@@ -125,7 +127,11 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self.table.table, self.table.arguments, columns=self.table.columns, units=units
         )
         _, endpoints = client.get_endpoints(
-            self.table.uri, command, self.table.headers, self.table.timeout
+            self.table.uri,
+            command,
+            self.table.headers,
+            self.table.timeout,
+            connection=self.table.connection,
         )
         return [InputPartition(endpoint) for endpoint in endpoints]
 
@@ -134,7 +140,7 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def commit(self, end: dict[str, int]) -> None:
         body = json.dumps({"stream": self.stream, "offsets": end}).encode()
-        client.stream_action(self.table.uri, "stream_commit", body, self.table.headers)
+        self._action("stream_commit", body)
 
 
 def _capped(start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:

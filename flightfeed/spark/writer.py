@@ -11,7 +11,8 @@
         .option("checkpointLocation", "/checkpoints/metrics")
         .start())
 
-Options: `uri`, `table`, `timeout` (seconds per call) and `header.NAME`, as for reads.
+Options: `uri`, `table`, `timeout` (seconds per call), `header.NAME`, and the token and TLS
+options (`token`, `tokenFile`, `tlsRootCerts`, `tlsCertChain`, `tlsPrivateKey`), as for reads.
 
 A write is a job of the worker's table store. Each Spark task streams its rows to the worker
 with DoPut, staged as that task attempt (`TableCommand.staged`), and reports what it staged in
@@ -48,7 +49,7 @@ import itertools
 import secrets
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import pyarrow as pa
@@ -69,7 +70,14 @@ from .._generated.flightfeed.v1 import (
 )
 from ..errors import FlightfeedError, InvalidArgument, RemoteError
 from . import client
-from .source import SOURCE_QUERY, SOURCE_TABLE, TableOptions, table_ref, worker_command
+from .source import (
+    SOURCE_QUERY,
+    SOURCE_TABLE,
+    TableOptions,
+    redacted_repr,
+    table_ref,
+    worker_command,
+)
 
 COMMIT_STAGED: Final = "commit_staged"
 ABORT_STAGED: Final = "abort_staged"
@@ -115,6 +123,11 @@ class TableTarget:
     """What each batch becomes: the table's type (and nullability) for each DataFrame column."""
     headers: dict[str, str]
     timeout: float
+    connection: client.Connection = client.PLAIN
+    """The token and TLS files every call uses."""
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # without the token
 
     @classmethod
     def of(cls, options: Any, schema: StructType) -> TableTarget:
@@ -129,7 +142,9 @@ class TableTarget:
         for read_only in ("partitions", "columns"):  # a read's options: no meaning here
             found.pop(read_only, None)
         table = TableOptions.of({**found, "source": SOURCE_TABLE})
-        target = cls(table.uri, table.table, pa.schema([]), table.headers, table.timeout)
+        target = cls(
+            table.uri, table.table, pa.schema([]), table.headers, table.timeout, table.connection
+        )
         try:
             arrow = client.get_schema(
                 table.uri,
@@ -137,12 +152,11 @@ class TableTarget:
                 table.headers,
                 table.timeout,
                 peer=client.WORKER,
+                connection=table.connection,
             )
         except FlightfeedError as exc:
             raise target.error(exc) from None
-        return cls(
-            table.uri, table.table, target.columns(arrow, schema), table.headers, table.timeout
-        )
+        return replace(target, schema=target.columns(arrow, schema))
 
     @property
     def where(self) -> str:
@@ -214,7 +228,13 @@ class TableTarget:
         conformed = (self.conform(b) for b in itertools.chain([first], batches))
         try:
             sent, answer = client.put_batches(
-                self.uri, command, self.schema, conformed, self.headers, self.timeout
+                self.uri,
+                command,
+                self.schema,
+                conformed,
+                self.headers,
+                self.timeout,
+                connection=self.connection,
             )
         except TableWriteRefused:
             raise  # from conform: it names the table already
@@ -245,7 +265,9 @@ class TableTarget:
 
     def _action(self, kind: str, body: bytes) -> int:
         try:
-            answer = client.do_action(self.uri, kind, body, self.headers, self.timeout)
+            answer = client.do_action(
+                self.uri, kind, body, self.headers, self.timeout, connection=self.connection
+            )
         except FlightfeedError as exc:
             raise self.error(exc) from None
         return int(RowCount.parse(answer).rows)
