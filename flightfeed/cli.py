@@ -6,7 +6,7 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--plan-wait-timeout SECONDS] [--memory-limit SIZE] [--parquet-root DIR]
                   [--peer URL] [--data-dir DIR] [--table-compression auto|always|never]
                   [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--auth-token-file FILE]
-                  [--shutdown-grace SECONDS]
+                  [--shutdown-grace|--drain-timeout SECONDS]
                   [--fanout-claim-timeout SECONDS]
                   [--max-header-list-size BYTES] [--min-receive-rate BYTES_PER_SECOND]
                   [--receive-grace SECONDS] [--idle-timeout SECONDS]
@@ -359,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--shutdown-grace",
+        "--drain-timeout",
         type=_non_negative_seconds,
         default=30.0,
         metavar="SECONDS",
