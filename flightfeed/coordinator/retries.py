@@ -65,9 +65,9 @@ def why_final(
     batches_delivered: int,
     unreplayable: list[str],
 ) -> str | None:
-    """Why this failure ends the query (None: run it again)."""
-    if not may_cure(failure):
-        return ""  # the query's own error: it speaks for itself
+    """Why this failure ends the query (None: run it again; "": the error speaks for itself)."""
+    if not may_cure(failure) or max_attempts == 1:
+        return ""  # the query's own error, or retries are off
     if failure.attempt + 1 >= max_attempts:
         return f"no attempts left (at most {max_attempts})"
     if batches_delivered:

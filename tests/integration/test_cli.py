@@ -146,7 +146,7 @@ def test_bad_session_builder_path_is_a_clear_error() -> None:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        ([], KeepalivePolicy(interval=3.0, timeout=4.0)),  # silence noticed within 10 s
+        ([], KeepalivePolicy(interval=2.0, timeout=4.0)),  # silence noticed within 8 s
         (["--keepalive", "5", "--keepalive-timeout", "2.5"], KeepalivePolicy(5.0, 2.5)),
         (["--keepalive", "0"], None),
     ],

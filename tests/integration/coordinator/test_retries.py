@@ -24,7 +24,7 @@ from helpers.worker_process import worker_process
 from flightfeed.coordinator import Coordinator, QueryStream
 from flightfeed.coordinator.resolver import StaticWorkerResolver
 from flightfeed.errors import FeedError, FlightfeedError
-from flightfeed.plan import ExecutionPlan, agg, plan_from
+from flightfeed.plan import ExecutionPlan, agg, col, plan_from
 from flightfeed.plan.nodes import Coalesce
 from flightfeed.testing import start_cluster
 from flightfeed.testing.feeds import (
@@ -113,6 +113,42 @@ async def test_a_killed_worker_costs_a_retry_and_the_result_is_exact() -> None:
             assert victim_url in coordinator.health.down
             # Every unit was pulled from the provider once: the retry replayed the log.
             assert provider.pulls == provider.counts
+
+
+def joined_count(left: UnitProvider, right: UnitProvider, strategy: str) -> ExecutionPlan:
+    """Two running feeds joined on the unit body (every stage kind: a broadcast or a shuffled
+    join, then a shuffled aggregate), each body counted."""
+    other = plan_from(unit_scan(right)).select((col("body"), "other"))
+    return (
+        plan_from(unit_scan(left))
+        .select("body")
+        .join(other, [("body", "other")], strategy=strategy)
+        .aggregate(["body"], [agg("count", name="n")])
+        .plan
+    )
+
+
+@pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])
+async def test_a_join_of_two_feeds_survives_a_kill(strategy: str) -> None:
+    async with three_workers() as workers:
+        urls = [url for _, url in workers]
+        left, right = running_feed(units=100), running_feed(units=100)
+        plan = joined_count(left, right, strategy)
+        options = unit_coordinator_options(tasks=3, broadcast_threshold_bytes=0)
+        async with Coordinator(StaticWorkerResolver(urls), **options) as coordinator:
+            async with anyio.create_task_group() as tg, coordinator.execute(plan) as stream:
+
+                async def kill_midway() -> None:
+                    await pulled(right, 100 * PARTITIONS // 2)
+                    workers[0][0].kill()
+
+                tg.start_soon(kill_midway)
+                batches = [batch async for batch in stream]
+            assert_exact(pa.Table.from_batches(batches), left)
+            assert stream.metrics is not None
+            assert len(stream.metrics.failed_attempts) == 1
+            assert left.pulls == left.counts
+            assert right.pulls == right.counts
 
 
 async def test_a_stopped_worker_is_noticed_within_ten_seconds_and_the_query_retried() -> None:
