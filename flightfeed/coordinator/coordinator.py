@@ -29,7 +29,13 @@ import anyio.to_thread
 import pyarrow as pa
 from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
 
-from ..errors import Cancelled, InvalidArgument, NotFound, as_flightfeed_error
+from ..errors import (
+    Cancelled,
+    FlightfeedError,
+    InvalidArgument,
+    NotFound,
+    as_flightfeed_error,
+)
 from ..feeds import FeedRegistry, WorkUnitFeedProvider
 from ..feeds.provider import provider_metrics
 from ..feeds.replay import FeedReplay
@@ -53,12 +59,12 @@ from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
 from .metrics import MetricsStore, QueryMetrics, TaskRecord
 from .parquet_estimator import ParquetScanEstimator
 from .planner import DEFAULT_BROADCAST_THRESHOLD_BYTES, DistributedPlanner
-from .query import QueryRuntime, TaskRun
+from .query import QueryRuntime, TaskRun, query_error
 from .resolver import WorkerResolver
 from .retries import DEFAULT_MAX_ATTEMPTS, AttemptFailure, final_error, why_final
 from .stage import DistributedPlan, placed
 from .streams import DEFAULT_MAX_BACKLOG, FeedStream, StreamRegistry
-from .task_runner import DispatchOptions, run_task
+from .task_runner import DispatchOptions, attempt_task, run_task
 
 log = logging.getLogger(__name__)
 
@@ -511,17 +517,84 @@ class Coordinator:
         try:
             with anyio.CancelScope() as scope:
                 runtime.scope = scope
-                async with anyio.create_task_group() as tg:
-                    self._start_tasks(tg, runtime)
-                    tg.start_soon(held.watch)
-                    for run in runtime.tasks.values():
-                        await run.ready.wait()
-                    task_status.started()
+                async with anyio.create_task_group() as pumps:
+                    runtime.replay = self._replay(pumps)
+                    async with anyio.create_task_group() as tg:
+                        for run in list(runtime.tasks.values()):
+                            tg.start_soon(self._held_task, held, run)
+                        tg.start_soon(held.watch)
+                        for task in held.stage.tasks:
+                            await held.ready(task.task_number)
+                        task_status.started()
+                    pumps.cancel_scope.cancel()  # (the providers' streams close)
                 runtime.completed = runtime.failure is None
         finally:
             held.release()
             runtime.finish()
             release()
+
+    async def _held_task(self, held: HeldQuery, run: TaskRun) -> None:
+        """One task of a held query, run again on another worker whenever its worker is lost
+        (up to `max_attempts` in all); any other failure fails the held query."""
+        runtime = held.runtime
+        failures: list[AttemptFailure] = []
+        while True:
+            error = await attempt_task(runtime, run, self.session, self._dispatch, runtime.headers)
+            if error is None:
+                return
+            failure = await self._task_failed(run, query_error(error, run.origin))
+            failures.append(failure)
+            why = why_final(
+                failure,
+                max_attempts=self.max_attempts if not held.released else 1,
+                batches_delivered=0,  # its readers read it again (its partitions replay)
+                unreplayable=_unreplayable(runtime, runtime.replay),
+            )
+            moved = await self._move(held, run, failure) if why is None else None
+            if moved is None:
+                runtime.fail(final_error(runtime.query_id, failures, why or ""))
+                return
+            run = moved
+
+    async def _task_failed(self, run: TaskRun, error: FlightfeedError) -> AttemptFailure:
+        """A held task's attempt failed: was its worker lost?"""
+        await self.health.failed(error)
+        lost = await self.health.lost([run.worker_url])
+        failure = AttemptFailure(run.key.attempt, (run.worker_url,), error, lost)
+        log.info("held query %s task %d: %s", run.key.query_id.hex(), run.task.task_number, failure)
+        return failure
+
+    async def _move(self, held: HeldQuery, run: TaskRun, failure: AttemptFailure) -> TaskRun | None:
+        """The task's next attempt, on another usable worker (None: there is none, or the task
+        reads data that lives on its worker)."""
+        if run.task.worker is not None:
+            return None
+        try:
+            usable = await self.health.usable(await self.resolver.workers())
+        except FlightfeedError:
+            return None
+        others = [url for url in usable if url != run.worker_url]
+        if not others:
+            return None
+        url = others[self._next_worker % len(others)]
+        self._next_worker += 1
+        key = TaskKey(
+            query_id=run.key.query_id,
+            stage_id=run.key.stage_id,
+            task_number=run.key.task_number,
+            attempt=run.key.attempt + 1,
+        )
+        record = TaskRecord(
+            run.stage.stage_id, run.task.task_number, url, run.record.feed_partitions
+        )
+        channel = await self.channels.channel(url)
+        # A held query is one stage: its plan reads no other task, so it runs anywhere as is.
+        new = TaskRun(run.stage, run.task, key, url, channel, run.plan_proto, record)
+        held.runtime.metrics.failed_attempts.append(
+            f"task {run.task.task_number} {failure}; moved to {url}"
+        )
+        held.moved(run, new)
+        return new
 
     def _start_tasks(self, tg: TaskGroup, runtime: QueryRuntime) -> None:
         """A runner for each of the query's tasks, in `tg`."""

@@ -9,6 +9,12 @@ for `grace` seconds (readers may read again: Spark samples a scan before sorting
 sat unread for `ttl`, or on `release()`;
 releasing half-closes every task's channel, so each worker reports its metrics and drops the
 task.
+
+A task whose worker is lost runs again on another worker, as a new attempt, its feed
+partitions replayed (the coordinator's `_held_task`): it is independent of the others (a held
+query is one stage), and its partitions give the same rows again. Its endpoints move with it;
+a reader whose worker went away asks where they went (`relocate`, the coordinator service's
+"relocate" action).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Final
 import anyio
 import pyarrow as pa
 
+from ..errors import NotFound
 from ..protocol import execute_task_ticket
 from .query import QueryRuntime, TaskRun
 from .stage import Stage
@@ -73,6 +80,7 @@ class HeldQuery:
         self._read_at = anyio.current_time()
         self._progress = anyio.Event()
         self._released = anyio.Event()
+        self._moved = anyio.Event()
         runtime.on_read = self._note_read
 
     @property
@@ -96,6 +104,48 @@ class HeldQuery:
         """Release the query now (its readers are done, or gave up)."""
         self._released.set()
         self._progress.set()
+        self._moved.set()
+
+    def run(self, task_number: int) -> TaskRun:
+        """The task's current attempt (NotFound for a task the query does not have)."""
+        found = self.runtime.tasks.get((self.stage.stage_id, task_number))
+        if found is None:
+            raise NotFound(f"query {self.query_id.hex()} has no task {task_number}")
+        return found
+
+    def endpoint(self, task_number: int, partition: int) -> Endpoint:
+        """Where the partition is read now (its task's current attempt)."""
+        if not 0 <= partition < self.stage.partitions_per_task:
+            raise NotFound(
+                f"query {self.query_id.hex()} has no partition {partition} in task {task_number}"
+            )
+        run = self.run(task_number)
+        ticket = execute_task_ticket(run.key, partition, partition + 1)
+        return Endpoint(task_number, partition, run.worker_url, ticket)
+
+    def moved(self, old: TaskRun, new: TaskRun) -> None:
+        """`old`'s worker was lost: `new` runs the task now (waiters on `old` move on)."""
+        self.runtime.add(new)
+        old.ready.set()  # (it never will be: whoever waits on it looks again)
+        self._moved.set()
+        self._moved = anyio.Event()
+
+    async def ready(self, task_number: int) -> TaskRun:
+        """The task's current attempt, once it has its plan."""
+        while True:
+            run = self.run(task_number)
+            await run.ready.wait()
+            if self.run(task_number) is run:
+                return run
+
+    async def relocate(self, task_number: int, partition: int, failed: str) -> Endpoint:
+        """Where to read a partition whose reader could not reach `failed`: once the task runs
+        elsewhere (its worker was found lost) and has its plan there. Callers bound the wait
+        and fall back to `endpoint`."""
+        while self.run(task_number).worker_url == failed and not self.released:
+            await self._moved.wait()
+        await self.ready(task_number)
+        return self.endpoint(task_number, partition)
 
     def _note_read(self, run: TaskRun, partitions: Sequence[int]) -> None:
         self._unread.difference_update((run.task.task_number, p) for p in partitions)

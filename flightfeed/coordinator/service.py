@@ -8,6 +8,10 @@ and reads the results in parallel, straight from the workers.
   see held.py) and answers one FlightEndpoint per output partition: a DoGet ticket and the
   location of the worker that serves it. Its app_metadata is the query id.
 - DoAction "release" (body: the query id): the reader is done; release the query now.
+- DoAction "relocate" (body: {"ticket": hex, "failed": location}): a reader could not reach an
+  endpoint's worker; once the coordinator found it lost and ran the task elsewhere (held.py),
+  answers the endpoint where it runs now, {"location", "ticket": hex} (after RELOCATE_WAIT
+  seconds, where it runs then).
 - DoAction "explain" (body: a TableQuery): the distributed plan it would run (stages, tasks
   and the workers they would run on), as text, without starting anything.
 - Streams (streams.py), for readers such as Spark's Structured Streaming, with JSON bodies:
@@ -45,6 +49,7 @@ from ..flight import (
     schema_to_ipc,
 )
 from ..plan import ExecutionPlan
+from ..protocol.tickets import parse_ticket
 from .catalog import Catalog
 from .coordinator import Coordinator
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
@@ -52,6 +57,10 @@ from .streams import stream_key
 from .table_query import ParsedTableQuery, parse_table_query, query_plan
 
 RELEASE_ACTION: Final = "release"
+RELOCATE_ACTION: Final = "relocate"
+RELOCATE_WAIT: Final = 30.0
+"""How long "relocate" waits for a lost worker's task to run elsewhere (a frozen worker is
+noticed within 8 s: flight/keepalive.py)."""
 EXPLAIN_ACTION: Final = "explain"
 STREAM_ACTIONS: Final = ("stream_open", "stream_latest", "stream_commit", "stream_wait")
 STREAM_IDLE_TTL: Final = 600.0
@@ -185,6 +194,9 @@ class CoordinatorService(FlightHandler):
                 ) from None
             yield json.dumps(answer).encode()
             return
+        if action.type == RELOCATE_ACTION:
+            yield json.dumps(await self._relocate(action.body)).encode()
+            return
         if action.type in STREAM_ACTIONS:
             yield json.dumps(self._stream_action(action.type, action.body)).encode()
             return
@@ -194,7 +206,7 @@ class CoordinatorService(FlightHandler):
             yield (await self.coordinator.explain(plan, on_workers=True)).encode()
             return
         if action.type != RELEASE_ACTION:
-            known = ", ".join([RELEASE_ACTION, EXPLAIN_ACTION, *STREAM_ACTIONS])
+            known = ", ".join([RELEASE_ACTION, RELOCATE_ACTION, EXPLAIN_ACTION, *STREAM_ACTIONS])
             raise InvalidArgument(f"unknown action {action.type!r}; this coordinator knows {known}")
         held = self._held.pop(action.body, None)
         if held is None:
@@ -205,12 +217,38 @@ class CoordinatorService(FlightHandler):
     async def list_actions(self, ctx: CallContext) -> Sequence[ActionType]:
         return [
             ActionType(type=RELEASE_ACTION, description="release a query: body = query id"),
+            ActionType(
+                type=RELOCATE_ACTION,
+                description='where an endpoint runs now: {"ticket": hex, "failed": location}',
+            ),
             ActionType(type=EXPLAIN_ACTION, description="a query's plan: body = TableQuery"),
             ActionType(type="stream_open", description="open a table's stream: body = TableQuery"),
             ActionType(type="stream_latest", description='offsets now: {"stream": id}'),
             ActionType(type="stream_commit", description='drop units: {"stream", "offsets"}'),
             ActionType(type="stream_wait", description='until a finite feed ended: {"stream"}'),
         ]
+
+    async def _relocate(self, body: bytes) -> dict[str, str]:
+        try:
+            request = json.loads(body)
+            ticket = bytes.fromhex(str(request["ticket"]))
+            failed = str(request["failed"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgument(
+                f"relocate needs a JSON body with 'ticket' (hex) and 'failed': {exc}"
+            ) from None
+        task = parse_ticket(ticket)
+        assert task.task_key is not None  # (parse_ticket checked)
+        held = self._held.get(bytes(task.task_key.query_id))
+        if held is None:
+            raise NotFound(
+                f"no query {bytes(task.task_key.query_id).hex()} is held here (released already?)"
+            )
+        number, partition = task.task_key.task_number, task.target_partition_start
+        endpoint = held.endpoint(number, partition)
+        with anyio.move_on_after(RELOCATE_WAIT):
+            endpoint = await held.relocate(number, partition, failed)
+        return {"location": endpoint.location, "ticket": endpoint.ticket.hex()}
 
     def _forget_released(self) -> None:
         for query_id in [q for q, held in self._held.items() if held.released]:

@@ -54,6 +54,20 @@ async def run_task(
     headers: Mapping[str, str] | None = None,
 ) -> None:
     """Run one task to its metrics; a failure goes to the runtime (and fails the query)."""
+    error = await attempt_task(runtime, run, session, options, headers)
+    if error is not None:
+        runtime.fail(error, run.origin)
+
+
+async def attempt_task(
+    runtime: QueryRuntime,
+    run: TaskRun,
+    session: PlanSession,
+    options: DispatchOptions,
+    headers: Mapping[str, str] | None = None,
+) -> Exception | None:
+    """Run one attempt of a task to its metrics; its error, if it failed (the caller decides
+    what that means: the query fails, or a held task moves to another worker)."""
     try:
         metrics = await _run(runtime, run, session, options, headers)
     except anyio.get_cancelled_exc_class():
@@ -61,9 +75,9 @@ async def run_task(
         raise
     except Exception as exc:
         run.record.finish("failed")
-        runtime.fail(exc, run.origin)
-    else:
-        run.record.finish("finished", metrics)
+        return exc
+    run.record.finish("finished", metrics)
+    return None
 
 
 async def _run(

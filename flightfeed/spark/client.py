@@ -244,8 +244,59 @@ def read_endpoint(
     timeout: float = DEFAULT_TIMEOUT,
     *,
     connection: Connection = PLAIN,
+    coordinator: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The batches of one endpoint, read from the first of its locations that answers."""
+    """The batches of one endpoint, read from the first of its locations that answers. When
+    none does and the endpoint is a `coordinator`'s held query, the coordinator is asked
+    where its task runs now (it moves a lost worker's tasks), and the read goes there."""
+    try:
+        yield from _read_locations(endpoint, headers, timeout, connection)
+    except _Unreachable as unreachable:
+        if coordinator is None:
+            raise unreachable.error from None
+        moved = relocate(coordinator, endpoint, unreachable.failed, headers, connection=connection)
+        if moved.locations == endpoint.locations and moved.ticket == endpoint.ticket:
+            raise unreachable.error from None
+        yield from _read_locations(moved, headers, timeout, connection, fallback=False)
+
+
+class _Unreachable(Exception):
+    """No location of an endpoint answered (nothing was read)."""
+
+    def __init__(self, error: RemoteError, failed: str) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.failed = failed
+
+
+def relocate(
+    uri: str,
+    endpoint: Endpoint,
+    failed: str,
+    headers: Mapping[str, str],
+    *,
+    connection: Connection = PLAIN,
+) -> Endpoint:
+    """Where a coordinator's held query serves `endpoint` now that `failed` did not answer."""
+    body = json.dumps({"ticket": endpoint.ticket.hex(), "failed": failed}).encode()
+    try:
+        with connection.connect(uri) as client:
+            call = _options(headers, DEFAULT_TIMEOUT, connection)
+            results = list(client.do_action(fl.Action("relocate", body), call))
+    except (fl.FlightError, pa.ArrowException, OSError) as exc:
+        raise flight_error(uri, "relocate", exc) from None
+    answer = json.loads(b"".join(r.body.to_pybytes() for r in results))
+    return Endpoint(bytes.fromhex(answer["ticket"]), (str(answer["location"]),))
+
+
+def _read_locations(
+    endpoint: Endpoint,
+    headers: Mapping[str, str],
+    timeout: float,
+    connection: Connection,
+    *,
+    fallback: bool = True,
+) -> Iterator[pa.RecordBatch]:
     errors: list[str] = []
     for location in endpoint.locations:
         yielded = False
@@ -262,9 +313,12 @@ def read_endpoint(
             if yielded or not isinstance(error, RemoteError):
                 raise error from None  # another location would repeat the rows already read
             errors.append(str(error))  # unreachable: try the next location
-    raise RemoteError(
+    error = RemoteError(
         "; ".join(errors) or "an endpoint with no location", grpc_status=Status.UNAVAILABLE
     )
+    if fallback and endpoint.locations:
+        raise _Unreachable(error, endpoint.locations[-1])
+    raise error
 
 
 def explain(
@@ -399,5 +453,6 @@ __all__ = [
     "read_endpoint",
     "redacted",
     "release",
+    "relocate",
     "stream_action",
 ]

@@ -334,7 +334,11 @@ def read_partition(
     endpoint: client.Endpoint = partition.value
     target = arrow_schema(schema)
     batches = client.read_endpoint(
-        endpoint, table.headers, table.timeout, connection=table.connection
+        endpoint,
+        table.headers,
+        table.timeout,
+        connection=table.connection,
+        coordinator=None if table.is_table else table.uri,  # it moves a lost worker's tasks
     )
     for batch in batches:
         yield conform(batch, target)

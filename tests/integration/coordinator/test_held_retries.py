@@ -1,0 +1,115 @@
+"""A held query (read by Spark or any Flight client straight from the workers) loses a worker:
+the coordinator runs that worker's tasks again elsewhere, their feed partitions replayed, and a
+reader that cannot reach an endpoint asks the coordinator where it went ("relocate") and reads
+the same rows there. Readers here are the Spark data source's client (pyarrow's C++ Flight
+client), in threads, against `flightfeed worker` processes."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from contextlib import ExitStack, asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import pyarrow as pa
+import pytest
+from helpers.worker_process import worker_process
+
+from flightfeed.cluster import CoordinatorCluster, serve
+from flightfeed.coordinator import Catalog
+from flightfeed.coordinator.table_query import table_command
+from flightfeed.errors import RemoteError
+from flightfeed.plan import ExecutionPlan
+from flightfeed.spark import client
+from flightfeed.testing.feeds import (
+    UnitProvider,
+    UnitScan,
+    UnitScanCodec,
+    UnitScanEstimator,
+    unit_scan,
+)
+
+pytestmark = pytest.mark.anyio
+T = TypeVar("T")
+
+SESSION_BUILDER = ("--session-builder", "flightfeed.testing.feeds:unit_session_builder")
+PARTITIONS = 4
+UNITS = 300
+
+
+def catalog() -> Catalog:
+    found = Catalog()
+    found.with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
+    found.with_estimator(UnitScan.name, UnitScanEstimator(2))
+
+    @found.table("units")
+    def units() -> ExecutionPlan:
+        return unit_scan(UnitProvider([UNITS] * PARTITIONS))
+
+    return found
+
+
+@asynccontextmanager
+async def cluster_of_three() -> AsyncIterator[
+    tuple[CoordinatorCluster, dict[str, subprocess.Popen[str]]]
+]:
+    """A served catalog over three worker processes (started off the event loop)."""
+    with ExitStack() as stack:
+        processes = {}
+        for _ in range(3):
+            proc, url = await anyio.to_thread.run_sync(
+                stack.enter_context, worker_process(*SESSION_BUILDER)
+            )
+            processes[url] = proc
+        async with serve(catalog(), workers=list(processes), grace=0.01) as cluster:
+            yield cluster, processes
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+def read(endpoint: client.Endpoint, coordinator: str) -> pa.Table:
+    return pa.Table.from_batches(list(client.read_endpoint(endpoint, {}, coordinator=coordinator)))
+
+
+def expected() -> list[bytes]:
+    return sorted(f"{p}:{i}".encode() for p in range(PARTITIONS) for i in range(UNITS))
+
+
+async def test_a_killed_workers_endpoints_are_read_where_its_tasks_moved() -> None:
+    async with cluster_of_three() as (cluster, processes):
+        query_id, endpoints = await in_thread(
+            client.get_endpoints, cluster.location, table_command("units", []), {}
+        )
+        victim = endpoints[0].locations[0]
+        processes[victim].kill()
+        parts = [await in_thread(read, e, cluster.location) for e in endpoints]
+        rows = pa.concat_tables(parts)
+        assert sorted(rows.column("body").to_pylist()) == expected()
+        held = cluster.service.held[query_id]
+        moved = [f for f in held.runtime.metrics.failed_attempts if "moved to" in f]
+        assert moved
+        assert all(victim in f for f in moved)
+        assert all(run.worker_url != victim for run in held.runtime.tasks.values())
+
+
+async def test_a_read_cut_off_midway_is_read_again_whole_where_the_task_moved() -> None:
+    """What Spark does when a task fails: the partition is read again from its start."""
+    async with cluster_of_three() as (cluster, processes):
+        _, endpoints = await in_thread(
+            client.get_endpoints, cluster.location, table_command("units", []), {}
+        )
+        first = endpoints[0]
+        batches = client.read_endpoint(first, {}, coordinator=cluster.location)
+        taken = await in_thread(next, batches)
+        assert taken.num_rows
+        processes[first.locations[0]].kill()
+        with pytest.raises(RemoteError):
+            await in_thread(lambda: list(batches))  # rows were read: it cannot switch midway
+        again = await in_thread(read, first, cluster.location)
+        rest = [await in_thread(read, e, cluster.location) for e in endpoints[1:]]
+        rows = pa.concat_tables([again, *rest])
+        assert sorted(rows.column("body").to_pylist()) == expected()
