@@ -27,10 +27,27 @@ others stay for the next trial, and so does the coordinator.
   coordinator's first look for lost workers once the attempt failed (`WorkerHealth.lost`,
   timestamped here by wrapping the method on the coordinator's instance), or to the error.
 
+- held (`--mode held`, or `all`: kill, stop and held): a held query, read the way Spark reads
+  it. Each trial serves a catalog (`flightfeed.cluster.serve`, in this event loop) whose one
+  table is the same running feed, read by 3 tasks over the 3 workers, 2 partitions each, one
+  endpoint a partition, and no aggregate. GetFlightInfo goes through the Spark data source's
+  client; then every endpoint is read at once, each in a thread, with
+  `client.read_endpoint(..., coordinator=<the service>)` (an endpoint it cannot reach, it asks
+  the coordinator where it went: "relocate"). A read that fails with a FlightfeedError is done
+  again from the start, its rows so far dropped, up to 4 reads a partition (Spark's default
+  spark.task.maxFailures). Meanwhile a random worker is SIGKILLed once the provider has handed
+  out a random number of units in [1, all of them]; the coordinator runs the lost worker's
+  tasks again on the others, their feed partitions replayed. A trial is `exact` (the union of
+  the partitions' rows is every body once), `error` (a partition failed 4 times, or
+  GetFlightInfo failed), `WRONG`, `unclear` or `hung` as above. Reported: the outcomes, the
+  partition re-reads, and the median trial time against the median no-failure held read
+  (`--warmup` of them, measured first). Target: at least 95% exact, none wrong.
+
 Exit code 1 if any trial returned a wrong result.
 
-Run: python benchmarks/chaos_retry.py [--trials 100] [--stop-trials 10] [--mode kill|stop|both]
-     [--seed N] [--moment units|time] [--warmup 5] [--trial-timeout 60] [--worker-logs DIR]
+Run: python benchmarks/chaos_retry.py [--trials 100] [--stop-trials 10] [--held-trials 30]
+     [--mode kill|stop|both|held|all] [--seed N] [--moment units|time] [--warmup 5]
+     [--trial-timeout 60] [--worker-logs DIR]
 """
 
 from __future__ import annotations
@@ -48,6 +65,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -57,11 +75,23 @@ import pyarrow as pa
 from _common import median, result_line
 from anyio.abc import TaskGroup
 
-from flightfeed.coordinator import Coordinator
+from flightfeed.cluster import serve
+from flightfeed.coordinator import Catalog, Coordinator
 from flightfeed.coordinator.health import WorkerHealth
+from flightfeed.coordinator.held import HeldQuery
+from flightfeed.coordinator.table_query import table_command
 from flightfeed.errors import FlightfeedError
 from flightfeed.plan import ExecutionPlan, agg, plan_from
-from flightfeed.testing.feeds import UnitProvider, unit_coordinator_options, unit_scan
+from flightfeed.spark import client
+from flightfeed.testing.feeds import (
+    UNIT_SCHEMA,
+    UnitProvider,
+    UnitScan,
+    UnitScanCodec,
+    UnitScanEstimator,
+    unit_coordinator_options,
+    unit_scan,
+)
 
 SESSION_BUILDER = "flightfeed.testing.feeds:unit_session_builder"  # decodes UnitScan
 WORKERS = 3
@@ -76,6 +106,9 @@ DETECTION_TARGET = 10.0
 """Seconds within which a stopped worker must be noticed."""
 ERROR_CHARS = 200
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+HELD_TABLE = "units"
+HELD_READS = 4
+"""Reads of a partition before its query fails: Spark's default spark.task.maxFailures."""
 
 
 class WorkerProcess:
@@ -362,10 +395,408 @@ def trial_line(trial: Trial) -> str:
     return line
 
 
-async def chaos(
+@dataclass
+class PartitionRead:
+    """One endpoint read the way a Spark task reads it: again from its start after a failure,
+    up to HELD_READS times."""
+
+    endpoint: client.Endpoint
+    table: pa.Table | None = None
+    """The rows of the read that went through to the end (None: none did)."""
+    failures: list[str] = field(default_factory=list)
+    """Why each failed read failed (a FlightfeedError), in order."""
+    failed_at: list[float] = field(default_factory=list)
+    """When each failed read failed (time.monotonic())."""
+    unclear: str = ""
+    """An exception that is no FlightfeedError (the partition is not read again)."""
+    ended: float = 0.0
+
+    @property
+    def rereads(self) -> int:
+        return len(self.failures) if self.table is not None else max(len(self.failures) - 1, 0)
+
+
+def read_partition(read: PartitionRead, coordinator: str) -> None:
+    """In a thread: read `read.endpoint` until a read goes through (see PartitionRead)."""
+    try:
+        for _ in range(HELD_READS):
+            try:
+                batches = list(client.read_endpoint(read.endpoint, {}, coordinator=coordinator))
+            except FlightfeedError as exc:
+                read.failures.append(str(exc))
+                read.failed_at.append(time.monotonic())
+                continue
+            except Exception as exc:
+                read.unclear = f"{type(exc).__name__}: {exc}"
+                return
+            read.table = pa.Table.from_batches(batches, schema=UNIT_SCHEMA)
+            return
+    finally:
+        read.ended = time.monotonic()
+
+
+@dataclass
+class HeldTrial:
+    number: int
+    victim: int | None
+    """None: a no-failure read (the baseline)."""
+    victim_url: str
+    threshold: int | None
+    outcome: str = ""
+    phase: str = ""
+    """Where an error, a hang or something unexpected came: "GetFlightInfo" or "read"."""
+    seconds: float = 0.0
+    """From GetFlightInfo to the end of the last partition's read."""
+    endpoints: int = 0
+    victim_endpoints: int = 0
+    """Endpoints GetFlightInfo placed on the victim."""
+    rereads: int = 0
+    """Partition reads done again after a failed one."""
+    reread_endpoints: int = 0
+    """Partitions read more than once."""
+    moved: list[str] = field(default_factory=list)
+    """The held query's failed attempts: its tasks moved to other workers."""
+    signalled: bool = False
+    pulled_at_signal: int = 0
+    detection: float | None = None
+    """Seconds from the signal to the coordinator's first look for lost workers."""
+    recovered: float | None = None
+    """Seconds from the signal to the end of the last read of a partition read again."""
+    lost: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    errors: list[str] = field(default_factory=list)
+    """Every failed read's message (of a trial with an error: the partition that failed 4 times
+    first)."""
+    wrong: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def held_catalog(made: list[UnitProvider], created: anyio.Event) -> Catalog:
+    """One table over a new running feed per query (the providers made go to `made`)."""
+    catalog = Catalog()
+    catalog.with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
+    catalog.with_estimator(UnitScan.name, UnitScanEstimator(TASKS))
+
+    @catalog.table(HELD_TABLE)
+    def units() -> ExecutionPlan:
+        provider = new_provider()
+        made.append(provider)
+        created.set()
+        return unit_scan(provider)
+
+    return catalog
+
+
+def what_is_wrong_held(tables: list[pa.Table]) -> str:
+    """ "" when the partitions hold every body once (and nothing else), else what differs."""
+    table = pa.concat_tables(tables) if tables else UNIT_SCHEMA.empty_table()
+    bodies = Counter(table.column("body").to_pylist())
+    problems = []
+    if table.num_rows != TOTAL_UNITS:
+        problems.append(f"{table.num_rows} rows")
+    if missing := len(EXPECTED - bodies.keys()):
+        problems.append(f"{missing} bodies missing")
+    if unknown := len(bodies.keys() - EXPECTED):
+        problems.append(f"{unknown} unknown bodies")
+    if duplicated := sum(count - 1 for count in bodies.values() if count > 1):
+        problems.append(f"{duplicated} duplicate rows")
+    if bad := sum(1 for units in table.column("units").to_pylist() if units != 1):
+        problems.append(f"{bad} rows with units != 1")
+    columns = table.column("partition").to_pylist(), table.column("body").to_pylist()
+    pairs = zip(*columns, strict=True)
+    if misplaced := sum(1 for p, body in pairs if body.split(b":", 1)[0] != str(p).encode()):
+        problems.append(f"{misplaced} rows whose partition is not their body's")
+    return ", ".join(problems)
+
+
+async def run_held_trial(cluster: Cluster, trial: HeldTrial, limit: float) -> None:
+    """Serve the catalog, GetFlightInfo, read every endpoint in threads while the victim (if
+    any) is killed from a task next to them; fills in `trial`."""
+    made: list[UnitProvider] = []
+    created = anyio.Event()
+    urls = [process.url for process in cluster.processes]
+    victim = cluster.processes[trial.victim] if trial.victim is not None else None
+    reads: list[PartitionRead] = []
+    held: HeldQuery | None = None
+    query_id = b""
+    signalled_at = 0.0
+    async with serve(held_catalog(made, created), workers=urls) as served:
+        notices = Notices(served.coordinator.health)
+        location = served.location
+
+        async def strike() -> None:
+            nonlocal signalled_at
+            assert victim is not None
+            assert trial.threshold is not None
+            threshold = trial.threshold
+            await created.wait()
+            provider = made[0]
+            await provider.waiters.until(lambda: sum(provider.pulls) >= threshold)
+            victim.signal(signal.SIGKILL)
+            signalled_at = time.monotonic()
+            trial.signalled = True
+            trial.pulled_at_signal = sum(provider.pulls)
+
+        async def query(tg: TaskGroup) -> None:
+            nonlocal held, query_id
+            command = table_command(HELD_TABLE, [])
+            try:
+                trial.phase = "GetFlightInfo"
+                get = partial(client.get_endpoints, location, command, {})
+                query_id, endpoints = await anyio.to_thread.run_sync(get, abandon_on_cancel=True)
+                held = served.service.held.get(query_id)
+                trial.endpoints = len(endpoints)
+                trial.victim_endpoints = sum(
+                    1 for e in endpoints if victim is not None and victim.url in e.locations
+                )
+                trial.phase = "read"
+                reads.extend(PartitionRead(endpoint) for endpoint in endpoints)
+                async with anyio.create_task_group() as readers:
+                    for read in reads:
+                        job = partial(read_partition, read, location)
+                        readers.start_soon(
+                            partial(anyio.to_thread.run_sync, job, abandon_on_cancel=True)
+                        )
+                if unclear := [read.unclear for read in reads if read.unclear]:
+                    trial.outcome = "unclear"
+                    trial.error = unclear[0][:ERROR_CHARS]
+                elif failed := [read for read in reads if read.table is None]:
+                    trial.outcome = "error"
+                    trial.error = failed[0].failures[-1][:ERROR_CHARS]
+                else:
+                    tables = [read.table for read in reads if read.table is not None]
+                    trial.wrong = what_is_wrong_held(tables)
+                    trial.outcome = "WRONG" if trial.wrong else "exact"
+                trial.phase = "" if trial.outcome == "exact" else trial.phase
+            except FlightfeedError as exc:
+                trial.outcome = "error"
+                trial.error = str(exc)[:ERROR_CHARS]
+            except Exception as exc:
+                trial.outcome = "unclear"
+                trial.error = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+            finally:
+                tg.cancel_scope.cancel()  # the striker, were the reads over before its moment
+
+        started = time.monotonic()
+        with anyio.move_on_after(limit) as deadline:
+            async with anyio.create_task_group() as tg:
+                if victim is not None:
+                    tg.start_soon(strike, name="strike")
+                tg.start_soon(query, tg, name="query")
+        trial.seconds = time.monotonic() - started
+        if deadline.cancelled_caught:
+            trial.outcome = "hung"
+            stuck = [i for i, read in enumerate(reads) if not read.ended]
+            if trial.phase == "read":
+                trial.notes.append(f"partitions still being read: {stuck}")
+        if query_id:
+            release = partial(client.release, location, query_id, {})
+            await anyio.to_thread.run_sync(release, abandon_on_cancel=True)
+        if held is not None:
+            trial.moved = list(held.runtime.metrics.failed_attempts)
+            if held.runtime.failure is not None:
+                trial.notes.append(f"held query failed: {str(held.runtime.failure)[:ERROR_CHARS]}")
+        elif query_id:
+            trial.notes.append("the service did not hold the query GetFlightInfo answered")
+        lost_times = list(notices.times)
+        trial.lost = {url: why for found in notices.found for url, why in found.items()}
+    if len(made) != 1:
+        trial.notes.append(f"{len(made)} providers made (one query expected)")
+    trial.rereads = sum(read.rereads for read in reads)
+    trial.reread_endpoints = sum(1 for read in reads if read.failures)
+    trial.errors = [f for read in reads for f in read.failures]
+    if trial.signalled:
+        if lost_times:
+            trial.detection = lost_times[0] - signalled_at
+        again = [read.ended for read in reads if read.failures]
+        if again:
+            trial.recovered = max(again) - signalled_at
+        early = [t for read in reads for t in read.failed_at if t < signalled_at]
+        if early:
+            trial.notes.append(f"{len(early)} reads failed before the signal")
+    elif trial.errors or lost_times or trial.moved:
+        trial.notes.append("reads failed or tasks moved, with no worker signalled")
+    if victim is not None:
+        others = [
+            read.endpoint.locations
+            for read in reads
+            if read.failures and victim.url not in read.endpoint.locations
+        ]
+        if others:
+            trial.notes.append(f"partitions not on the victim read again: {others}")
+        if trial.moved and not all(victim.url in moved for moved in trial.moved):
+            trial.notes.append("a task moved off a worker that was not the victim")
+        if trial.signalled and trial.rereads and victim.url not in trial.lost:
+            trial.notes.append(f"read again, but the victim was not found lost {trial.lost}")
+    if extra := [url for url in trial.lost if victim is None or url != victim.url]:
+        trial.notes.append(f"live workers found lost: {extra}")
+
+
+def held_trial_line(trial: HeldTrial) -> str:
+    port = trial.victim_url.rsplit(":", 1)[-1]
+    pulled = f"(pulled {trial.pulled_at_signal:4d})" if trial.signalled else "(not signalled)"
+    line = (
+        f"held {trial.number:3d}  victim {trial.victim} (:{port}, {trial.victim_endpoints}"
+        f"/{trial.endpoints} endpoints)  at {trial.threshold or 0:4d}/{TOTAL_UNITS} units"
+        f" {pulled}  {trial.outcome:7s}  re-reads {trial.rereads}"
+        f" ({trial.reread_endpoints} partitions)  moved {len(trial.moved)}"
+        f"  {trial.seconds:6.3f} s"
+    )
+    if trial.detection is not None:
+        line += f"  noticed after {trial.detection:6.3f} s"
+    if trial.recovered is not None:
+        line += f"  re-read done after {trial.recovered:6.3f} s"
+    details = [trial.error and f"[{trial.phase}] {trial.error}", trial.wrong, *trial.notes]
+    if trial.outcome != "exact":
+        details += [f"read failed: {e[:ERROR_CHARS]}" for e in trial.errors]
+    for detail in details:
+        if detail:
+            line += f"\n      {detail}"
+    return line
+
+
+async def held_baseline(cluster: Cluster, args: argparse.Namespace) -> list[float]:
+    """No-failure held read times (after one untimed read), each checked."""
+    times = []
+    for run in range(args.warmup + 1):
+        trial = HeldTrial(0, None, "", None)
+        await run_held_trial(cluster, trial, args.trial_timeout)
+        if trial.outcome != "exact" or trial.notes:
+            raise RuntimeError(
+                f"a held read without failures was {trial.outcome}:"
+                f" {trial.error or trial.wrong} {trial.notes}"
+            )
+        if run:
+            times.append(trial.seconds)
+    return times
+
+
+async def held_chaos(
     cluster: Cluster, args: argparse.Namespace, rng: random.Random
+) -> tuple[float, list[HeldTrial]]:
+    """The no-failure held read's median time, then the held trials."""
+    times = await held_baseline(cluster, args)
+    baseline = median(times)
+    print(
+        f"no-failure held read: median {baseline:.3f} s over {len(times)} runs"
+        f" ({', '.join(f'{t:.3f}' for t in times)})",
+        flush=True,
+    )
+    trials = []
+    for number in range(1, args.held_trials + 1):
+        victim = rng.randrange(WORKERS)
+        threshold = rng.randint(1, TOTAL_UNITS)
+        url = cluster.processes[victim].url
+        trial = HeldTrial(number, victim, url, threshold)
+        await run_held_trial(cluster, trial, args.trial_timeout)
+        if trial.signalled:
+            await anyio.to_thread.run_sync(cluster.replace, victim)
+        for index, process in enumerate(cluster.processes):
+            if process.proc.poll() is not None:
+                trial.notes.append(
+                    f"worker {index} ({process.url}) ended unasked,"
+                    f" exit code {process.proc.returncode}: replaced"
+                )
+                await anyio.to_thread.run_sync(cluster.replace, index)
+        trials.append(trial)
+        print(held_trial_line(trial), flush=True)
+    return baseline, trials
+
+
+def summarize_held(trials: list[HeldTrial], baseline: float) -> None:
+    outcomes = Counter(trial.outcome for trial in trials)
+    exact = [trial for trial in trials if trial.outcome == "exact"]
+    reread = [trial for trial in exact if trial.rereads]
+    print(f"\nHELD: {len(trials)} trials, SIGKILL while a held query is read (Spark-style reads)")
+    print(
+        f"  exact {len(exact)} ({len(reread)} with partitions read again,"
+        f" {len(exact) - len(reread)} without), clear errors {outcomes['error']},"
+        f" WRONG {outcomes['WRONG']}, unclear errors {outcomes['unclear']},"
+        f" hung {outcomes['hung']}"
+    )
+    unsignalled = sum(1 for trial in trials if not trial.signalled)
+    if unsignalled:
+        print(f"  {unsignalled} trials ended before their moment (no worker signalled)")
+    rereads = Counter(trial.rereads for trial in trials)
+    print(
+        f"  partition re-reads: {sum(trial.rereads for trial in trials)} in all;"
+        f" trials by re-reads {dict(sorted(rereads.items()))};"
+        f" tasks moved {sum(len(trial.moved) for trial in trials)}"
+    )
+    if exact:
+        seconds = [trial.seconds for trial in exact]
+        line = f"  time: exact trials median {median(seconds):.3f} s"
+        if reread:
+            again = [trial.seconds for trial in reread]
+            line += (
+                f", with re-reads median {median(again):.3f} s ({median(again) - baseline:+.3f} s)"
+                f" max {max(again):.3f} s"
+            )
+        print(line + f"; no-failure held read {baseline:.3f} s")
+    detections = [trial.detection for trial in trials if trial.detection is not None]
+    if detections:
+        print(
+            f"  lost worker looked for after: median {median(detections):.3f} s,"
+            f" max {max(detections):.3f} s ({len(detections)} trials)"
+        )
+    recovered = [trial.recovered for trial in trials if trial.recovered is not None]
+    if recovered:
+        print(
+            f"  partitions read again done after the kill: median {median(recovered):.3f} s,"
+            f" max {max(recovered):.3f} s"
+        )
+    errors = Counter(
+        f"[{trial.phase}] " + re.sub(r"[0-9a-f]{32}|:\d{2,5}\b", "…", trial.error)[:120]
+        for trial in trials
+        if trial.outcome in ("error", "unclear", "hung") and trial.error
+    )
+    for message, count in errors.most_common():
+        print(f"  {count} x {message}")
+    failed_reads = Counter(
+        re.sub(r"[0-9a-f]{32}|:\d{2,5}\b", "…", error)[:120]
+        for trial in trials
+        for error in trial.errors
+    )
+    if failed_reads:
+        print("  failed reads (each read again):")
+        for message, count in failed_reads.most_common():
+            print(f"    {count} x {message}")
+    for trial in trials:
+        if trial.notes:
+            print(f"  trial {trial.number}: {'; '.join(trial.notes)}")
+
+
+@dataclass
+class Results:
+    baseline: float = float("nan")
+    """The median no-failure query time (kill and stop modes)."""
+    trials: list[Trial] = field(default_factory=list)
+    held_baseline: float = float("nan")
+    """The median no-failure held read time."""
+    held: list[HeldTrial] = field(default_factory=list)
+
+
+def modes_of(mode: str) -> list[str]:
+    return {"both": ["kill", "stop"], "all": ["kill", "stop", "held"]}.get(mode, [mode])
+
+
+async def chaos(cluster: Cluster, args: argparse.Namespace, rng: random.Random) -> Results:
+    """Every mode's baseline and trials."""
+    results = Results()
+    modes = modes_of(args.mode)
+    signals = [mode for mode in modes if mode in SIGNALS]
+    if signals:
+        results.baseline, results.trials = await signal_chaos(cluster, args, rng, signals)
+    if "held" in modes:
+        results.held_baseline, results.held = await held_chaos(cluster, args, rng)
+    return results
+
+
+async def signal_chaos(
+    cluster: Cluster, args: argparse.Namespace, rng: random.Random, modes: list[str]
 ) -> tuple[float, list[Trial]]:
-    """The baseline, then every mode's trials: the median no-failure time, and the trials."""
+    """The baseline, then the trials of `modes` (kill, stop): the median no-failure time, and
+    the trials."""
     trials: list[Trial] = []
     options = unit_coordinator_options(tasks=TASKS)
     async with Coordinator(cluster, **options) as coordinator:
@@ -377,7 +808,6 @@ async def chaos(
             f" ({', '.join(f'{t:.3f}' for t in times)})",
             flush=True,
         )
-        modes = ["kill", "stop"] if args.mode == "both" else [args.mode]
         for mode in modes:
             count = args.trials if mode == "kill" else args.stop_trials
             for number in range(1, count + 1):
@@ -456,7 +886,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100, help="SIGKILL trials")
     parser.add_argument("--stop-trials", type=int, default=10, help="SIGSTOP trials (~15 s each)")
-    parser.add_argument("--mode", choices=["kill", "stop", "both"], default="both")
+    parser.add_argument("--held-trials", type=int, default=30, help="held query trials")
+    parser.add_argument(
+        "--mode",
+        choices=["kill", "stop", "both", "held", "all"],
+        default="both",
+        help="both: kill and stop; all: kill, stop and held",
+    )
     parser.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
     parser.add_argument(
         "--moment",
@@ -480,8 +916,9 @@ def main() -> None:
         cluster = Cluster(log_dir)
         stack.callback(cluster.close)  # (after the coordinator, which `run` has closed)
         cluster.start(WORKERS)
-        baseline, trials = run(lambda: chaos(cluster, args, rng))
+        results = run(lambda: chaos(cluster, args, rng))
 
+    baseline, trials = results.baseline, results.trials
     lines = []
     kill = [trial for trial in trials if trial.mode == "kill"]
     stop = [trial for trial in trials if trial.mode == "stop"]
@@ -503,7 +940,13 @@ def main() -> None:
         detections = [trial.detection for trial in stop if trial.detection is not None]
         worst = max(detections) if detections else float("nan")
         lines.append(result_line("chaos_sigstop_detect", worst, "s", worst / DETECTION_TARGET, 1.0))
-    wrong = sum(1 for trial in trials if trial.outcome == "WRONG")
+    if results.held:
+        summarize_held(results.held, results.held_baseline)
+        exact = sum(1 for trial in results.held if trial.outcome == "exact")
+        count = len(results.held)
+        lines.append(result_line("chaos_held_exact", exact, "trials", exact / count, EXACT_TARGET))
+    outcomes = [trial.outcome for trial in trials] + [trial.outcome for trial in results.held]
+    wrong = outcomes.count("WRONG")
     print(f"\n{wrong or 'no'} trial(s) returned a wrong result")
     for line in lines:
         print(line)

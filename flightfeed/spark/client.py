@@ -310,8 +310,15 @@ def _read_locations(
             return
         except (fl.FlightError, pa.ArrowException, OSError) as exc:
             error = flight_error(location, "DoGet", exc, WORKER)
+            if yielded and isinstance(error, RemoteError):
+                raise RemoteError(
+                    f"the {WORKER} at {location} was lost in the middle of a DoGet"
+                    f" ({str(exc).split('. gRPC client debug context', 1)[0]}): read the"
+                    " partition again from its start",
+                    grpc_status=error.grpc_status,
+                ) from None  # another location would repeat the rows already read
             if yielded or not isinstance(error, RemoteError):
-                raise error from None  # another location would repeat the rows already read
+                raise error from None
             errors.append(str(error))  # unreachable: try the next location
     error = RemoteError(
         "; ".join(errors) or "an endpoint with no location", grpc_status=Status.UNAVAILABLE
