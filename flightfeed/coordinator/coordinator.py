@@ -628,33 +628,10 @@ class Coordinator:
                             await self._run_attempt(runtime, root, send)
                             if runtime.failure is None:
                                 break
-                            failure = await self._attempt_failed(runtime, failures)
-                            why = why_final(
-                                failure,
-                                max_attempts=self.max_attempts,
-                                batches_delivered=runtime.delivered,
-                                unreplayable=_unreplayable(runtime, replay),
-                            )
-                            if why is not None:
-                                runtime.failure = final_error(runtime.query_id, failures, why)
+                            retry = await self._retry(plan, runtime, failures, replay)
+                            if retry is None:
                                 break
-                            runtime.finish(record=False)
-                            try:
-                                runtime, root = await self._prepare(
-                                    plan,
-                                    runtime.query_id,
-                                    runtime.headers,
-                                    runtime.metrics,
-                                    attempt=len(failures),
-                                )
-                            except Exception as exc:
-                                failures.append(
-                                    AttemptFailure(len(failures), (), as_flightfeed_error(exc))
-                                )
-                                runtime.failure = final_error(
-                                    runtime.query_id, failures, "no retry could be planned"
-                                )
-                                break
+                            runtime, root = retry
                             handle.runtime = attempts.runtime = runtime
                         pumps.cancel_scope.cancel()  # (the providers' streams close)
                     attempts.completed = runtime.completed
@@ -665,6 +642,35 @@ class Coordinator:
             finally:
                 runtime.finish()
                 attempts.finished.set()
+
+    async def _retry(
+        self,
+        plan: ExecutionPlan,
+        runtime: QueryRuntime,
+        failures: list[AttemptFailure],
+        replay: FeedReplay | None,
+    ) -> tuple[QueryRuntime, ExecutionPlan] | None:
+        """After a failed attempt: the next one, planned on the workers left; or None, the
+        query's final error in `runtime.failure` (retries.py says which)."""
+        failure = await self._attempt_failed(runtime, failures)
+        why = why_final(
+            failure,
+            max_attempts=self.max_attempts,
+            batches_delivered=runtime.delivered,
+            unreplayable=_unreplayable(runtime, replay),
+        )
+        if why is not None:
+            runtime.failure = final_error(runtime.query_id, failures, why)
+            return None
+        runtime.finish(record=False)
+        try:
+            return await self._prepare(
+                plan, runtime.query_id, runtime.headers, runtime.metrics, attempt=len(failures)
+            )
+        except Exception as exc:
+            failures.append(AttemptFailure(len(failures), (), as_flightfeed_error(exc)))
+            runtime.failure = final_error(runtime.query_id, failures, "no retry could be planned")
+            return None
 
     def _replay(self, tg: TaskGroup) -> FeedReplay | None:
         """Where a query's feed partitions are pumped if it may be retried (else its tasks'
