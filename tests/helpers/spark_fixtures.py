@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,15 @@ def table_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     process on an event loop of its own, on a free port: its store is
     `worker.state.tables.store` (read it in process: a second DuckDB connection to the file
     would find it locked)."""
-    config = WorkerConfig(data_dir=str(tmp_path_factory.mktemp("table-worker")))
+    with worker_in_background(
+        WorkerConfig(data_dir=str(tmp_path_factory.mktemp("table-worker")))
+    ) as worker:
+        yield worker
+
+
+@contextmanager
+def worker_in_background(config: WorkerConfig) -> Iterator[Worker]:
+    """A worker served in this process on an event loop of its own, on a free port."""
 
     @asynccontextmanager
     async def serving() -> AsyncIterator[Worker]:

@@ -8,17 +8,16 @@ the error. Certificates come from trustme, a test CA."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
-from anyio.from_thread import start_blocking_portal
 from helpers.certificates import Certificates, make_certificates
 from helpers.spark_catalog import NUMBERS, spark_test_catalog, tagging_session
+from helpers.spark_fixtures import worker_in_background
 
 from flightfeed._generated.flightfeed.v1 import CreateTable, RowCount, TableRef
 from flightfeed.cluster import CoordinatorCluster, serve_in_background
@@ -67,16 +66,7 @@ def secure_service(certs: Certificates) -> Iterator[CoordinatorCluster]:
 def mtls_worker(certs: Certificates) -> Iterator[Worker]:
     """A worker holding durable tables in memory, requiring mutual TLS and TOKEN."""
     config = WorkerConfig(data_dir=":memory:", tls=certs.mutual, auth=AUTH)
-
-    @asynccontextmanager
-    async def serving() -> AsyncIterator[Worker]:
-        async with Worker(config=config) as worker:
-            yield worker
-
-    with (
-        start_blocking_portal("asyncio") as portal,
-        portal.wrap_async_context_manager(serving()) as worker,
-    ):
+    with worker_in_background(config) as worker:
         yield worker
 
 

@@ -5,7 +5,6 @@ trustme, a test CA."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -14,14 +13,14 @@ import pyarrow.compute as pc
 import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import pytest
-import trustme
+from helpers.certificates import Certificates, make_certificates
 from helpers.worker_process import worker_process
 
 from flightfeed.coordinator import Coordinator
 from flightfeed.coordinator.resolver import StaticWorkerResolver
 from flightfeed.errors import FlightfeedError
 from flightfeed.flight.client import FlightClient
-from flightfeed.flight.tls import ClientTls, ServerTls
+from flightfeed.flight.tls import ClientTls
 from flightfeed.plan.aggregate import agg
 from flightfeed.plan.builder import plan_from
 from flightfeed.plan.expr import col
@@ -32,40 +31,9 @@ from flightfeed.worker import Worker, WorkerConfig
 pytestmark = pytest.mark.anyio
 
 
-@dataclass(frozen=True)
-class Certificates:
-    ca: Path
-    server: ServerTls
-    mutual: ServerTls
-    client: ClientTls
-    """Trusts the CA and presents a client certificate it signed."""
-    client_cert: Path
-    client_key: Path
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    where = tmp_path_factory.mktemp("tls")
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(where / "ca.pem"))
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    server.cert_chain_pems[0].write_to_path(str(where / "server.pem"))
-    for pem in server.cert_chain_pems[1:]:
-        pem.write_to_path(str(where / "server.pem"), append=True)
-    server.private_key_pem.write_to_path(str(where / "server.key"))
-    client = ca.issue_cert("client.flightfeed.test")
-    client.cert_chain_pems[0].write_to_path(str(where / "client.pem"))
-    client.private_key_pem.write_to_path(str(where / "client.key"))
-    server_tls = ServerTls(str(where / "server.pem"), str(where / "server.key"))
-    ca_path, client_pem, client_key = where / "ca.pem", where / "client.pem", where / "client.key"
-    return Certificates(
-        ca=ca_path,
-        server=server_tls,
-        mutual=ServerTls(server_tls.cert_chain, server_tls.private_key, str(ca_path)),
-        client=ClientTls(str(ca_path), str(client_pem), str(client_key)),
-        client_cert=client_pem,
-        client_key=client_key,
-    )
+    return make_certificates(tmp_path_factory.mktemp("tls"))
 
 
 def actions(location: str, **options: object) -> list[str]:
