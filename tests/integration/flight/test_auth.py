@@ -1,6 +1,7 @@
 """Bearer-token auth on a real worker: every call of every service on the port is refused
-without a valid token (pyarrow's C++ client, flightfeed's clients, the WorkerService, the
-tables' RemoteEngineService), Basic credentials get the token through Flight's Handshake,
+without a valid token (the matrix: each RPC the protocols declare, on a worker and on a served
+coordinator; pyarrow's C++ client, flightfeed's clients, the WorkerService, the tables'
+RemoteEngineService), Basic credentials get the token through Flight's Handshake,
 workers and a coordinator send theirs to each other, and no token reaches a log line."""
 
 from __future__ import annotations
@@ -15,21 +16,29 @@ import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import pytest
 from grpclib.client import Channel
-from grpclib.const import Status
+from grpclib.const import Handler, Status
 from grpclib.exceptions import GRPCError
 from helpers.worker_process import worker_process
 
-from flightfeed._generated.flightfeed.v1 import GetWorkerInfoRequest, WorkerServiceStub
+from flightfeed._generated.arrow.flight.protocol import FlightServiceBase
+from flightfeed._generated.flightfeed.v1 import (
+    GetWorkerInfoRequest,
+    WorkerServiceBase,
+    WorkerServiceStub,
+)
 from flightfeed._generated.remote_engine import (
     GetTableInfoRequest,
+    RemoteEngineServiceBase,
     RemoteEngineServiceStub,
     TableIdentifier,
 )
-from flightfeed.coordinator import Coordinator
+from flightfeed.cluster import serve
+from flightfeed.coordinator import Catalog, Coordinator
 from flightfeed.coordinator.resolver import StaticWorkerResolver
 from flightfeed.errors import FlightfeedError
 from flightfeed.flight.auth import BearerTokens, bearer
 from flightfeed.flight.client import FlightClient, parse_location
+from flightfeed.flight.grpc import HANDSHAKE_PATH
 from flightfeed.plan.aggregate import agg
 from flightfeed.plan.builder import plan_from
 from flightfeed.plan.expr import col
@@ -104,6 +113,75 @@ async def test_every_service_on_the_port_is_guarded(tmp_path: Path) -> None:
                 await client.list_actions()
         async with FlightClient(worker.location, metadata=bearer(TOKEN)) as client:
             assert "create_table" in [a.type for a in await client.list_actions()]
+
+
+SERVICES = (FlightServiceBase, WorkerServiceBase, RemoteEngineServiceBase)
+"""Every service a worker serves on its port, as its protocol declares it (generated code)."""
+
+
+async def answer(channel: Channel, path: str, handler: Handler, token: str | None) -> Status:
+    """The status a call with an empty request gets (OK when it is served without error)."""
+    metadata = bearer(token) if token is not None else None
+    try:
+        with anyio.fail_after(10):
+            async with channel.request(
+                path,
+                handler.cardinality,
+                handler.request_type,
+                handler.reply_type,
+                metadata=metadata,
+            ) as stream:
+                await stream.send_message(handler.request_type(), end=True)
+                while await stream.recv_message() is not None:
+                    pass
+    except GRPCError as exc:
+        return exc.status
+    return Status.OK
+
+
+async def test_every_rpc_of_every_service_needs_the_token(tmp_path: Path) -> None:
+    """The matrix: without a token or with a wrong one, UNAUTHENTICATED; with the right one,
+    served (whatever it then says of an empty request). Handshake takes Basic credentials
+    instead: test_basic_credentials_get_the_token_by_handshake."""
+    config = WorkerConfig(auth=AUTH, data_dir=str(tmp_path))
+    async with Worker(config=config) as worker:
+        host, port = parse_location(worker.location)
+        channel = Channel(host, port)
+        try:
+            paths = [
+                (path, handler)
+                for service in SERVICES
+                for path, handler in service().__mapping__().items()
+                if path != HANDSHAKE_PATH
+            ]
+            assert len(paths) == 19
+            await assert_guarded(channel, paths)
+        finally:
+            channel.close()
+
+
+async def test_every_rpc_of_the_coordinators_service_needs_the_token() -> None:
+    async with serve(Catalog(), local_workers=1, auth=AUTH, worker_token=TOKEN) as cluster:
+        host, port = parse_location(cluster.location)
+        channel = Channel(host, port)
+        try:
+            paths = [
+                (path, handler)
+                for path, handler in FlightServiceBase().__mapping__().items()
+                if path != HANDSHAKE_PATH
+            ]
+            await assert_guarded(channel, paths)
+        finally:
+            channel.close()
+
+
+async def assert_guarded(channel: Channel, paths: Sequence[tuple[str, Handler]]) -> None:
+    for path, handler in paths:
+        for token in (None, "wrong", TOKEN.upper()):
+            status = await answer(channel, path, handler, token)
+            assert status is Status.UNAUTHENTICATED, (path, token)
+        status = await answer(channel, path, handler, TOKEN)
+        assert status is not Status.UNAUTHENTICATED, path
 
 
 async def test_a_callable_decides_from_the_headers() -> None:
