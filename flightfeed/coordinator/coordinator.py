@@ -79,14 +79,15 @@ class _Handle:
     """Shared by a QueryStream and its generator (never by the running query, so dropping
     the stream lets the generator be finalized, which cancels the query)."""
 
-    runtime: QueryRuntime | None = None
-    """The running attempt's runtime."""
+    attempts: _Attempts | None = None
+    """The query's attempts, once it started (the running one's runtime among them)."""
     metrics: QueryMetrics | None = None
     """The query's metrics from the moment it asked for admission."""
 
 
 class _Attempts:
-    """One query's run over its attempts: what the caller's side stops and waits for."""
+    """One query's run over its attempts: what the caller's side stops and waits for, and
+    the running attempt (the one place that says which)."""
 
     def __init__(self, runtime: QueryRuntime) -> None:
         self.runtime = runtime
@@ -126,10 +127,10 @@ class QueryStream:
 
     def delivery_log(self, feed_id: bytes, partition: int) -> list[WorkUnit]:
         """Units sent so far for a global feed partition (see QueryRuntime.delivery_log)."""
-        runtime = self._handle.runtime
-        if runtime is None:
+        attempts = self._handle.attempts
+        if attempts is None:
             raise NotFound("the query has not started")
-        return runtime.delivery_log(feed_id, partition)
+        return attempts.runtime.delivery_log(feed_id, partition)
 
     def __aiter__(self) -> QueryStream:
         return self
@@ -343,10 +344,9 @@ class Coordinator:
             tg = self._tg
             if tg is None:
                 raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
-            handle.runtime = runtime
-            attempts = _Attempts(runtime)
+            attempts = handle.attempts = _Attempts(runtime)
             send, receive = anyio.create_memory_object_stream[_Item](RESULT_BUFFER_BATCHES)
-            await tg.start(self._run_query, plan, handle, runtime, root, attempts, send)
+            await tg.start(self._run_query, plan, runtime, root, attempts, send)
             try:
                 async with receive:
                     async for item in receive:
@@ -546,11 +546,13 @@ class Coordinator:
             failures.append(failure)
             why = why_final(
                 failure,
-                max_attempts=self.max_attempts if not held.released else 1,
+                max_attempts=self.max_attempts,
                 batches_delivered=0,  # its readers read it again (its partitions replay)
                 unreplayable=_unreplayable(runtime, runtime.replay),
             )
-            moved = await self._move(held, run, failure) if why is None else None
+            moved = None
+            if why is None and not held.released:  # (released: nobody reads it any more)
+                moved = await self._move(held, run, failure)
             if moved is None:
                 runtime.fail(final_error(runtime.query_id, failures, why or ""))
                 return
@@ -604,7 +606,6 @@ class Coordinator:
     async def _run_query(
         self,
         plan: ExecutionPlan,
-        handle: _Handle,
         runtime: QueryRuntime,
         root: ExecutionPlan,
         attempts: _Attempts,
@@ -632,7 +633,7 @@ class Coordinator:
                             if retry is None:
                                 break
                             runtime, root = retry
-                            handle.runtime = attempts.runtime = runtime
+                            attempts.runtime = runtime
                         pumps.cancel_scope.cancel()  # (the providers' streams close)
                     attempts.completed = runtime.completed
                 if runtime.failure is not None:

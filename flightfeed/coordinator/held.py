@@ -65,17 +65,12 @@ class HeldQuery:
         self.stage = stage
         self.ttl = ttl
         self.grace = grace
-        runs = [runtime.tasks[(stage.stage_id, t.task_number)] for t in stage.tasks]
         self.endpoints: tuple[Endpoint, ...] = tuple(
-            Endpoint(
-                run.task.task_number,
-                partition,
-                run.worker_url,
-                execute_task_ticket(run.key, partition, partition + 1),
-            )
-            for run in runs
+            self.endpoint(task.task_number, partition)
+            for task in stage.tasks
             for partition in range(stage.partitions_per_task)
         )
+        """Where each partition was first placed (`endpoint`: where it is read now)."""
         self._unread = {(e.task_number, e.partition) for e in self.endpoints}
         self._read_at = anyio.current_time()
         self._progress = anyio.Event()

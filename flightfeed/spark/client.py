@@ -167,11 +167,15 @@ def _options(
     return fl.FlightCallOptions(headers=pairs + connection.headers(), timeout=timeout)
 
 
+def _said(exc: Exception) -> str:
+    """What a pyarrow Flight error says, without gRPC's debug context."""
+    return str(exc).split(". gRPC client debug context", 1)[0]
+
+
 def flight_error(uri: str, what: str, exc: Exception, peer: str = COORDINATOR) -> FlightfeedError:
     """A Flight failure as an error that says what happened and where (`peer`: what `uri` is)."""
     full = str(exc)  # pyarrow raises a plain OSError for some statuses: the text says which
-    text = full.split(". gRPC client debug context", 1)[0]
-    text = text.replace("Flight returned ", "").strip()
+    text = _said(exc).replace("Flight returned ", "").strip()
     if isinstance(exc, fl.FlightUnavailableError) or "returned unavailable error" in full:
         hint = ""
         if uri.startswith("grpc+tls://"):
@@ -313,7 +317,7 @@ def _read_locations(
             if yielded and isinstance(error, RemoteError):
                 raise RemoteError(
                     f"the {WORKER} at {location} was lost in the middle of a DoGet"
-                    f" ({str(exc).split('. gRPC client debug context', 1)[0]}): read the"
+                    f" ({_said(exc)}): read the"
                     " partition again from its start",
                     grpc_status=error.grpc_status,
                 ) from None  # another location would repeat the rows already read
