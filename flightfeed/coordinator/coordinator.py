@@ -25,10 +25,10 @@ from types import TracebackType
 from typing import Any, Final, TypeAlias
 
 import anyio
-import anyio.to_thread
 import pyarrow as pa
 from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
 
+from ..concurrency import off_loop
 from ..errors import (
     Cancelled,
     FlightfeedError,
@@ -40,7 +40,7 @@ from ..feeds import FeedRegistry, WorkUnitFeedProvider
 from ..feeds.provider import provider_metrics
 from ..feeds.replay import FeedReplay
 from ..flight.idle_release import DEFAULT_QUIET_SECONDS, release_when_idle
-from ..plan.base import ExecutionPlan, closing
+from ..plan.base import ExecutionPlan, closing, embedded_bytes
 from ..plan.codec import CodecRegistry, encode_plan
 from ..plan.execution import open_task_context
 from ..plan.metrics import MetricsRegistry, instrument
@@ -420,8 +420,9 @@ class Coordinator:
             channels = {url: await self.channels.channel(url) for url in used}
             for stage in distributed.stages:
                 plan = placed(stage.plan, query_id, assignment, attempt)  # where inputs run
-                # Off the loop: a plan may carry large in-memory tables.
-                plan_proto = await anyio.to_thread.run_sync(encode_plan, plan, self.codecs)
+                # Off the loop when it carries in-memory tables worth a thread hop.
+                encode = partial(encode_plan, registry=self.codecs)
+                plan_proto = await off_loop(encode, plan, nbytes=embedded_bytes(plan))
                 for task in stage.tasks:
                     url = assignment[(stage.stage_id, task.task_number)]
                     key = TaskKey(

@@ -203,7 +203,9 @@ class FeedDispatcher:
                 await self._pack()
             except Exception as exc:  # re-raised as is, not wrapped in an ExceptionGroup
                 failure = exc
-            tg.cancel_scope.cancel()
+                tg.cancel_scope.cancel()
+            # (A packer that returned saw every pull loop exit: nothing is left to cancel.)
+        self._scope = None
         if failure is not None:
             raise failure
 
@@ -237,6 +239,7 @@ class FeedDispatcher:
                     if close_error is not None:
                         self._provider_failed(slot, close_error)
         finally:
+            slot.scope = None  # ended: `_finish` has nothing to cancel
             self._live -= 1
             self._running -= 1
             self._wake_packer()

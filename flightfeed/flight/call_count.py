@@ -9,13 +9,17 @@ integer update per call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 
 
 class CallCount:
     """Calls in flight, counted by the connection handlers on the event loop's thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_edge: Callable[[], None] | None = None) -> None:
+        """`on_edge`: also told of each edge (idle_release.Edges.notify)."""
+        self._on_edge = on_edge
         self._running = 0
         self.total = 0
         """Calls started since the server started (for operators and tests)."""
@@ -48,6 +52,8 @@ class CallCount:
         await self._edge.wait()
 
     def _wake(self) -> None:
+        if self._on_edge is not None:
+            self._on_edge()
         if self._edge is not None:
             self._edge.set()
             self._edge = None

@@ -42,17 +42,23 @@ async def release_when_idle(
         await changed()  # released once per quiet spell
 
 
-def first_change(*changed: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
-    """A `changed` for release_when_idle that returns when any of several sources changes."""
+class Edges:
+    """One wake-up for the busy/idle edges of several sources (a worker's tasks and its calls).
 
-    async def wait() -> None:
-        async with anyio.create_task_group() as waiters:
+    Each source calls `notify` on its edges; `release_when_idle` waits on `wait`. A shared
+    event instead of a waiter task per source: waiting costs one Event, not a task group.
+    """
 
-            async def until(source: Callable[[], Awaitable[None]]) -> None:
-                await source()
-                waiters.cancel_scope.cancel()
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None  # made on first wait: an Event needs a loop
 
-            for source in changed:
-                waiters.start_soon(until, source)
+    def notify(self) -> None:
+        if self._event is not None:
+            self._event.set()
+            self._event = None
 
-    return wait
+    async def wait(self) -> None:
+        """Return at the next `notify`."""
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()

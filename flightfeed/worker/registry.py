@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 import anyio
 
@@ -31,8 +32,10 @@ class _Waiter:
 class TaskRegistry:
     """Owns the live tasks of a worker. Single event loop; no locks needed."""
 
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, on_edge: Callable[[], None] | None = None) -> None:
+        """`on_edge`: told when the worker gets its first task or loses its last one."""
         self.config = config
+        self._on_edge = on_edge
         self._tasks: dict[TaskId, Task] = {}
         self._waiters: dict[TaskId, _Waiter] = {}
         self._tombstones: OrderedDict[TaskId, tuple[str, float]] = OrderedDict()
@@ -87,6 +90,8 @@ class TaskRegistry:
         if waiter is not None:
             waiter.arrived.set()
         self._notify()
+        if len(self._tasks) == 1 and self._on_edge is not None:
+            self._on_edge()
 
     def remove(self, task: Task, outcome: str) -> None:
         if self._tasks.get(task.key) is task:
@@ -95,6 +100,8 @@ class TaskRegistry:
             while len(self._tombstones) > self.config.max_tombstones:
                 self._tombstones.popitem(last=False)
             self._notify()
+            if not self._tasks and self._on_edge is not None:
+                self._on_edge()
 
     def _tombstone(self, key: TaskId) -> str | None:
         entry = self._tombstones.get(key)
@@ -134,7 +141,12 @@ class TaskRegistry:
         )
 
     async def reap_idle(self) -> None:
-        """Cancel tasks nobody consumed for `idle_ttl`. Runs for the worker's lifetime."""
+        """Cancel tasks nobody consumed for `idle_ttl`. Runs for the worker's lifetime.
+
+        It sleeps until the earliest moment a task it saw could be due, and is not woken by
+        tasks coming or going: a new task is due no earlier than `idle_ttl` from now, which
+        is never before that moment. (Waking on every change cost a scan of every task per
+        change: quadratic in concurrent tasks.)"""
         ttl = self.config.idle_ttl
         while True:
             now = time.monotonic()
@@ -147,6 +159,4 @@ class TaskRegistry:
                     task.cancel(f"no consumer activity for {ttl:g}s (idle TTL)")
                 else:
                     next_check = min(next_check, ttl - idle)
-            changed = self._changed
-            with anyio.move_on_after(next_check):
-                await changed.wait()
+            await anyio.sleep(next_check)

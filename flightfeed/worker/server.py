@@ -13,7 +13,8 @@ from typing import Any
 import anyio
 
 from ..errors import ErrorOrigin
-from ..flight.idle_release import first_change, release_when_idle
+from ..flight.call_count import CallCount
+from ..flight.idle_release import Edges, release_when_idle
 from ..flight.server import FlightServer
 from ..flight.tuning import release_free_memory
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE
@@ -66,10 +67,12 @@ class Worker:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     ) -> None:
         self.config = config or WorkerConfig()
+        self._busy_edges = Edges()
         self.state = WorkerState(
             config=self.config,
-            registry=TaskRegistry(self.config),
+            registry=TaskRegistry(self.config, on_edge=self._busy_edges.notify),
             session_builder=resolve_session_builder(session_builder),
+            calls=CallCount(on_edge=self._busy_edges.notify),
         )
         self.handlers = WorkerHandlers(self.state)
         self.state.endpoint = self.handlers
@@ -145,7 +148,7 @@ class Worker:
                     partial(
                         release_when_idle,
                         lambda: len(registry) > 0 or calls.busy(),
-                        first_change(registry.changed, calls.changed),
+                        self._busy_edges.wait,
                         delay=self.config.release_memory_after,
                         release=self._release_memory,
                     ),

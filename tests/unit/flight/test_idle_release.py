@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from flightfeed.flight.call_count import CallCount
-from flightfeed.flight.idle_release import first_change, release_when_idle
+from flightfeed.flight.idle_release import Edges, release_when_idle
 from flightfeed.flight.tuning import release_free_memory
 
 pytestmark = pytest.mark.anyio
@@ -110,20 +110,27 @@ async def test_a_call_count_wakes_waiters_on_its_edges_only() -> None:
         calls.ended()
 
 
-async def test_first_change_returns_on_any_source_and_leaves_no_waiter_behind() -> None:
-    tasks, calls = Load(), CallCount()
-    changed = first_change(tasks.changed, calls.changed)
-    for poke in (lambda: tasks.set(1), calls.started):
-        done = anyio.Event()
+async def test_edges_wake_on_any_source_and_only_on_edges() -> None:
+    edges = Edges()
+    calls = CallCount(on_edge=edges.notify)
+    woken: list[int] = []
 
-        async def wait(finished: anyio.Event = done) -> None:
-            await changed()
-            finished.set()
+    async def watch() -> None:
+        while True:
+            await edges.wait()
+            woken.append(calls.running)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(wait)
-            await anyio.wait_all_tasks_blocked()
-            assert not done.is_set()
-            poke()
-            with anyio.fail_after(5):
-                await done.wait()  # the group exits: the other source's waiter was cancelled
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        await anyio.wait_all_tasks_blocked()
+        calls.started()  # 0 → 1: an edge
+        await anyio.wait_all_tasks_blocked()
+        calls.started()
+        calls.ended()  # busy throughout: no wake-up
+        await anyio.wait_all_tasks_blocked()
+        edges.notify()  # another source's edge (the worker's tasks)
+        await anyio.wait_all_tasks_blocked()
+        calls.ended()  # 1 → 0: an edge
+        await anyio.wait_all_tasks_blocked()
+        assert woken == [1, 1, 0]
+        tg.cancel_scope.cancel()

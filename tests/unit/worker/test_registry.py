@@ -99,3 +99,34 @@ async def test_capacity_and_duplicate_plans_are_refused() -> None:
         with pytest.raises(ResourceExhausted, match="runs 2 tasks, the limit is 2"):
             registry.check_capacity(key(2))
         assert sorted(registry.keys()) == [key(0), key(1)]
+
+
+async def test_busy_edges_are_the_first_task_and_the_last() -> None:
+    edges: list[int] = []
+    registry = TaskRegistry(
+        WorkerConfig(max_concurrent_tasks=4), on_edge=lambda: edges.append(len(registry))
+    )
+    async with anyio.create_task_group() as tg:
+        first, second = new_task(tg, key(0)), new_task(tg, key(1))
+        registry.add(first)
+        registry.add(second)
+        registry.remove(first, "finished")
+        assert edges == [1]  # busy from the first task on; a second one is no edge
+        registry.remove(second, "finished")
+        registry.remove(second, "finished")  # already gone: no second edge
+        assert edges == [1, 0]
+        tg.cancel_scope.cancel()
+
+
+async def test_the_idle_reaper_cancels_a_task_added_while_it_slept() -> None:
+    registry = TaskRegistry(WorkerConfig(idle_ttl=0.2))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(registry.reap_idle)
+        await anyio.sleep(0.05)  # the reaper sleeps a whole TTL: no task yet
+        task = new_task(tg, key())
+        registry.add(task)
+        with anyio.fail_after(5):
+            await task.done.wait()
+        assert task.cancel_reason is not None
+        assert "idle TTL" in task.cancel_reason
+        tg.cancel_scope.cancel()
