@@ -58,7 +58,11 @@ from .health import WorkerHealth
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
 from .metrics import MetricsStore, QueryMetrics, TaskRecord
 from .parquet_estimator import ParquetScanEstimator
-from .planner import DEFAULT_BROADCAST_THRESHOLD_BYTES, DistributedPlanner
+from .planner import (
+    DEFAULT_BROADCAST_THRESHOLD_BYTES,
+    DEFAULT_SHUFFLE_BYTES_PER_TASK,
+    DistributedPlanner,
+)
 from .query import QueryRuntime, TaskRun, query_error
 from .resolver import WorkerResolver
 from .retries import DEFAULT_MAX_ATTEMPTS, AttemptFailure, final_error, why_final
@@ -178,6 +182,7 @@ class Coordinator:
         release_memory_after: float | None = DEFAULT_QUIET_SECONDS,
         max_tasks_per_stage: int | None = None,
         broadcast_threshold_bytes: int = DEFAULT_BROADCAST_THRESHOLD_BYTES,
+        shuffle_bytes_per_task: int = DEFAULT_SHUFFLE_BYTES_PER_TASK,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
         """`max_concurrent_queries` run at once (None: no limit), held ones included; the
@@ -186,7 +191,8 @@ class Coordinator:
         `release_memory_after` seconds without queries, freed memory goes back to the operating
         system (flight/idle_release.py; None: never). `max_tasks_per_stage` caps the tasks of
         every stage (None: as many as the leaves ask for, or the workers); a partitioned join
-        whose build side is estimated at most `broadcast_threshold_bytes` is broadcast. A query
+        whose build side is estimated at most `broadcast_threshold_bytes` is broadcast; a stage
+        reading a shuffle of estimated size gets a task per `shuffle_bytes_per_task`. A query
         that loses a worker runs again on the others, up to `max_attempts` times in all
         (retries.py; 1: never retried)."""
         if max_attempts < 1:
@@ -204,6 +210,7 @@ class Coordinator:
             estimators=TaskEstimators(estimators),
             max_tasks_per_stage=max_tasks_per_stage,
             broadcast_threshold_bytes=broadcast_threshold_bytes,
+            shuffle_bytes_per_task=shuffle_bytes_per_task,
         )
         self.headers = dict(headers or {})
         self._own_channels = channels is None

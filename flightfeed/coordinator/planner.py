@@ -22,7 +22,9 @@ reads that stage:
 
 A NetworkShuffle is a distributable leaf of the stage above; a NetworkCoalesce or broadcast is
 read whole by each of its tasks. A stage's T is the smallest of its leaves' task counts
-(estimators, capped by the workers; a shuffle: its bucket count, capped by the workers), lowered
+(estimators, capped by the workers; a shuffle: its bucket count, capped by the workers and by
+its input's estimated size at `shuffle_bytes_per_task` a task, when the leaves below say how big
+that is: a small shuffle is read by one task instead of one per worker), lowered
 so that it divides every leaf's partition count P: each task owns global partitions
 [t*P/T, (t+1)*P/T). A stage runs as one task, unsplit, when splitting could change its result:
 a leaf that cannot be split (every task would read it), a node that mixes partitions
@@ -64,6 +66,11 @@ from ..plan.table_pushdown import push_into_table_scans
 from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
 from .stage import DistributedPlan, Stage, StageTask
 
+DEFAULT_SHUFFLE_BYTES_PER_TASK: Final = 64 * 1024 * 1024
+"""How much shuffled input one task of the stage reading a shuffle should get, when the input's
+size is estimated (as Spark's advisoryPartitionSizeInBytes): fewer, fuller tasks for small
+shuffles, one per worker for large or unknown ones."""
+
 DEFAULT_BROADCAST_THRESHOLD_BYTES: Final = 10 * 1024 * 1024
 """A partitioned join's build side estimated at most this big is broadcast (as Spark's
 autoBroadcastJoinThreshold): copying it to every task beats shuffling the large side."""
@@ -98,15 +105,24 @@ class _Leaf:
 
 @dataclass(eq=False, slots=True)
 class _ShuffleLeaf:
-    """A NetworkShuffle as a leaf of the stage reading it: split by buckets."""
+    """A NetworkShuffle as a leaf of the stage reading it: split by buckets, one task per
+    `bytes_per_task` of its input where the input's size is estimated."""
 
     node: NetworkShuffle
+    input_bytes: int | None
+    bytes_per_task: int
 
     def task_count(self, workers: int) -> int:
-        return max(1, min(workers, self.node.output_partitions))
+        count = min(workers, self.node.output_partitions)
+        if self.input_bytes is not None:
+            count = min(count, -(-self.input_bytes // self.bytes_per_task))
+        return max(1, count)
 
     def describe(self) -> str:
-        return f"{self.node.output_partitions} buckets"
+        buckets = f"{self.node.output_partitions} buckets"
+        if self.input_bytes is None:
+            return buckets
+        return f"{buckets} of ~{_megabytes(self.input_bytes)}"
 
     def scale(self, tasks: int) -> ExecutionPlan | None:
         return self.node.for_tasks(tasks)
@@ -117,6 +133,8 @@ class _Planning:
     workers: int
     stages: list[Stage] = field(default_factory=list)
     leaves: dict[int, _Leaf | None] = field(default_factory=dict)
+    shuffle_inputs: dict[int, int | None] = field(default_factory=dict)
+    """The estimated input bytes of each NetworkShuffle the planner made (by id)."""
     exchanges: set[int] = field(default_factory=set)
     """The Repartitions enforce_distribution added (by id): shuffles where their input is
     distributable; where it is not, Coalesces (the cheaper exchange in one process) unless a
@@ -134,15 +152,22 @@ class DistributedPlanner:
         partition_mixing_kinds: Collection[str] = PARTITION_MIXING_KINDS,
         max_tasks_per_stage: int | None = None,
         broadcast_threshold_bytes: int = DEFAULT_BROADCAST_THRESHOLD_BYTES,
+        shuffle_bytes_per_task: int = DEFAULT_SHUFFLE_BYTES_PER_TASK,
     ) -> None:
         """`max_tasks_per_stage` caps every stage's task count (None: the workers and the
         leaves decide; an estimator's desired count may exceed the workers). A partitioned
         join whose build (left) side is estimated at no more than `broadcast_threshold_bytes`
-        is broadcast instead (0: never)."""
+        is broadcast instead (0: never). A stage reading a shuffle whose input is estimated
+        gets a task per `shuffle_bytes_per_task` of it (at most one per worker)."""
         if max_tasks_per_stage is not None and max_tasks_per_stage < 1:
             raise InvalidArgument(
                 f"max_tasks_per_stage must be at least 1, got {max_tasks_per_stage}"
             )
+        if shuffle_bytes_per_task < 1:
+            raise InvalidArgument(
+                f"shuffle_bytes_per_task must be at least 1, got {shuffle_bytes_per_task}"
+            )
+        self._shuffle_bytes_per_task = shuffle_bytes_per_task
         self._max_tasks = max_tasks_per_stage
         self._broadcast_threshold = broadcast_threshold_bytes
         self._feeds = feed_registry
@@ -224,7 +249,9 @@ class DistributedPlanner:
             return node.with_children([reader]), False
         if isinstance(node, Repartition) and pending[0]:
             stage = self._stage(children[0], state)
-            return NetworkShuffle(self._input(stage), node.partitioning), True
+            shuffle = NetworkShuffle(self._input(stage), node.partitioning)
+            state.shuffle_inputs[id(shuffle)] = estimated_bytes(children[0])
+            return shuffle, True
         if isinstance(node, Repartition) and id(node) in state.exchanges and alone:
             return Coalesce(children[0]), False  # nothing to shuffle across workers
         if isinstance(node, HashJoin) and node.collect_left and pending[0]:
@@ -287,7 +314,8 @@ class DistributedPlanner:
                     blockers.append(f"{node.name} has a feed but is not a leaf")
                 continue
             if isinstance(node, NetworkShuffle):
-                leaves.append(_ShuffleLeaf(node))
+                size = state.shuffle_inputs.get(id(node))
+                leaves.append(_ShuffleLeaf(node, size, self._shuffle_bytes_per_task))
             elif isinstance(node, NetworkCoalesce | NetworkBroadcast):
                 whole.append(node)  # read whole by each task
             elif (found := self._leaf(node, state)) is not None:
@@ -479,6 +507,10 @@ def _without_exchange(plan: ExecutionPlan, keys: list[str]) -> ExecutionPlan:
     return node
 
 
+def _megabytes(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.1f} MiB" if nbytes >= 1 << 20 else f"{nbytes / 1024:.1f} KiB"
+
+
 def _span(span: TaskSpan) -> str:
     last = span.first + span.count - 1
     return f"task {span.first}" if span.count == 1 else f"tasks {span.first}..{last}"
@@ -528,6 +560,7 @@ def distribute(
 
 __all__ = [
     "DEFAULT_BROADCAST_THRESHOLD_BYTES",
+    "DEFAULT_SHUFFLE_BYTES_PER_TASK",
     "PARTITION_MIXING_KINDS",
     "DistributedPlanner",
     "broadcast_small_builds",

@@ -74,11 +74,15 @@ def rows(table: pa.Table) -> list[tuple[object, ...]]:
 
 @asynccontextmanager
 async def cluster(root: Path, broadcast_threshold_bytes: int = 0) -> AsyncIterator[Coordinator]:
-    """Two workers reading `root`; small build sides are not broadcast unless asked (the
-    tables here are all small: the shuffles are the subject)."""
+    """Two workers reading `root`; small build sides are not broadcast unless asked, and
+    every shuffle is read by a task per worker however small (the tables here are all small:
+    the shuffles are the subject)."""
     config = WorkerConfig(parquet_roots=(os.fspath(root),))
     async with start_cluster(
-        2, config=config, broadcast_threshold_bytes=broadcast_threshold_bytes
+        2,
+        config=config,
+        broadcast_threshold_bytes=broadcast_threshold_bytes,
+        shuffle_bytes_per_task=1,
     ) as (coordinator, _):
         yield coordinator
 
@@ -107,7 +111,7 @@ async def test_a_shuffled_join_of_every_type_matches_one_process(tmp_path: Path,
         got = rows(await coordinator.collect(built()))
     assert got == expected
     header, *tasks = stage_lines(text, "HashJoin")[:3]
-    assert "2 tasks (NetworkShuffle: 2 buckets, NetworkShuffle: 2 buckets)" in header
+    assert "2 tasks (NetworkShuffle: 2 buckets of ~0.5 KiB, NetworkShuffle: 2 buckets of" in header
     assert len({line.split(" on ")[1] for line in tasks}) == 2  # on both workers
     assert text.count("NetworkShuffle(") == 2  # each side shuffled by its key
 
@@ -149,7 +153,7 @@ async def test_a_shuffled_aggregate_finishes_groups_on_both_workers(tmp_path: Pa
     assert got == expected
     assert len(got) == 38  # 37 keys and the null group, each once
     header, *tasks = stage_lines(text, "HashAggregate(final")[:3]
-    assert "2 tasks (NetworkShuffle: 2 buckets)" in header
+    assert "2 tasks (NetworkShuffle: 2 buckets of ~51.9 KiB)" in header
     assert len({line.split(" on ")[1] for line in tasks}) == 2
 
 

@@ -20,6 +20,7 @@ from flightfeed.coordinator import (
     TaskEstimators,
     format_distributed_plan,
 )
+from flightfeed.coordinator.planner import DEFAULT_SHUFFLE_BYTES_PER_TASK
 from flightfeed.errors import InvalidArgument, NotFound
 from flightfeed.examples.chunk_scan import SCAN_SCHEMA, RemoteScan, scan
 from flightfeed.feeds import WorkUnitFeed
@@ -203,3 +204,34 @@ def test_max_tasks_per_stage_caps_every_stage() -> None:
     assert shuffled.partitions_per_task == 4  # 8 buckets over 2 tasks
     with pytest.raises(InvalidArgument, match="max_tasks_per_stage must be at least 1"):
         DistributedPlanner(max_tasks_per_stage=0)
+
+
+@pytest.mark.parametrize(
+    ("input_bytes", "bytes_per_task", "tasks"),
+    [
+        (None, DEFAULT_SHUFFLE_BYTES_PER_TASK, 4),  # size unknown: a task per worker
+        (1024, DEFAULT_SHUFFLE_BYTES_PER_TASK, 1),  # small: one task reads every bucket
+        (100 << 20, DEFAULT_SHUFFLE_BYTES_PER_TASK, 2),  # two tasks' worth
+        (1 << 30, DEFAULT_SHUFFLE_BYTES_PER_TASK, 4),  # more than the workers: capped by them
+        (1024, 256, 4),  # a smaller share per task
+    ],
+)
+def test_a_shuffle_is_read_by_a_task_per_share_of_its_estimated_input(
+    input_bytes: int | None, bytes_per_task: int, tasks: int
+) -> None:
+    leaf = eight()
+    if input_bytes is not None:
+        leaf.estimated_bytes = input_bytes  # (a leaf's statistic: plan/statistics.py)
+    chosen = DistributedPlanner(
+        feed_registry=feed_registry(),
+        estimators=TaskEstimators(ESTIMATORS),
+        shuffle_bytes_per_task=bytes_per_task,
+    )
+    plan = Coalesce(Repartition(leaf, Partitioning((col("task"),), 4)))
+    scans, shuffled = chosen.plan(plan, workers=4).stages
+    assert scans.task_count == 4  # the producers are the leaf's business
+    assert shuffled.task_count == tasks
+    assert shuffled.partitions_per_task * tasks == 4
+    assert ("MiB" in shuffled.note or "KiB" in shuffled.note) == (input_bytes is not None)
+    with pytest.raises(InvalidArgument, match="shuffle_bytes_per_task must be at least 1"):
+        DistributedPlanner(shuffle_bytes_per_task=0)
