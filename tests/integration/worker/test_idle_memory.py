@@ -10,7 +10,16 @@ import pytest
 from helpers.raw_h2 import RawH2Client
 
 from flightfeed.flight.client import parse_location
+from flightfeed.plan import Coalesce
 from flightfeed.protocol import WorkerClient
+from flightfeed.testing import start_cluster
+from flightfeed.testing.feeds import (
+    COUNT_AT_END,
+    LiveProvider,
+    unit_coordinator_options,
+    unit_scan,
+    unit_session_builder,
+)
 from flightfeed.worker import Worker, WorkerConfig
 from flightfeed.worker import server as worker_server
 
@@ -51,3 +60,52 @@ async def test_an_open_call_holds_the_release_back_and_its_end_lets_it_happen(
             info = await info_client.worker_info()
         assert info.calls == 1  # this call itself
         assert info.memory_releases == 2
+
+
+async def test_a_running_task_holds_the_release_back_where_no_call_is_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In process no call is counted: the worker's tasks alone say it is busy (its first task
+    and its last are the edges it wakes on)."""
+    releases: list[int] = []
+    released = anyio.Event()
+
+    def release() -> None:
+        releases.append(1)
+        anyio.from_thread.run_sync(released.set)
+
+    monkeypatch.setattr(worker_server, "release_free_memory", release)
+    live = LiveProvider(1)
+    config = WorkerConfig(release_memory_after=QUIET)
+    async with start_cluster(
+        1,
+        config=config,
+        in_process=True,
+        session_builder=unit_session_builder,
+        **unit_coordinator_options(),
+    ) as (coordinator, (worker,)):
+        with anyio.fail_after(10):
+            await released.wait()  # started quiet: released once
+        released = anyio.Event()
+        units: list[int] = []
+
+        async def read() -> None:
+            stream = coordinator.execute(Coalesce(unit_scan(live, every=COUNT_AT_END)))
+            async with stream as batches:
+                units.extend([batch.column("units")[0].as_py() async for batch in batches])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            with anyio.fail_after(10):
+                while not len(worker.registry):
+                    await worker.registry.changed()
+            with anyio.move_on_after(6 * QUIET):
+                await released.wait()  # (must not happen: the task is work)
+            assert worker.state.calls.running == 0
+            assert releases == [1]
+            live.push(0, b"a")
+            live.end(0)
+        assert units == [1]
+        with anyio.fail_after(10):
+            await released.wait()  # the task ended: quiet again
+        assert releases == [1, 1]

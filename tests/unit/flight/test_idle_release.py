@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 import pytest
 
@@ -84,53 +86,31 @@ def test_release_free_memory_runs_here() -> None:
     release_free_memory()  # glibc's malloc_trim and Arrow's pool; a no-op where absent
 
 
-async def test_a_call_count_wakes_waiters_on_its_edges_only() -> None:
-    calls = CallCount()
-    woken: list[int] = []
+async def test_a_call_count_wakes_its_waiters_and_shared_edges_on_its_edges_only() -> None:
+    edges = Edges()  # shared with another source: the worker's tasks
+    calls = CallCount(on_edge=edges.notify)
+    woken: dict[str, list[int]] = {"calls": [], "edges": []}
 
-    async def watch() -> None:
+    async def watch(name: str, changed: Callable[[], Awaitable[None]]) -> None:
         while True:
-            await calls.changed()
-            woken.append(calls.running)
+            await changed()
+            woken[name].append(calls.running)
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch)
+        tg.start_soon(watch, "calls", calls.changed)
+        tg.start_soon(watch, "edges", edges.wait)
         await anyio.wait_all_tasks_blocked()
         calls.started()  # 0 → 1: an edge
         await anyio.wait_all_tasks_blocked()
         calls.started()
         calls.ended()  # 2 → 1 → … busy throughout: no wake-up
         await anyio.wait_all_tasks_blocked()
+        edges.notify()  # the other source's edge
+        await anyio.wait_all_tasks_blocked()
         calls.ended()  # 1 → 0: an edge
         await anyio.wait_all_tasks_blocked()
-        assert woken == [1, 0]
+        assert woken == {"calls": [1, 0], "edges": [1, 1, 0]}
         assert not calls.busy()
         tg.cancel_scope.cancel()
     with pytest.raises(RuntimeError, match="without a call started"):
         calls.ended()
-
-
-async def test_edges_wake_on_any_source_and_only_on_edges() -> None:
-    edges = Edges()
-    calls = CallCount(on_edge=edges.notify)
-    woken: list[int] = []
-
-    async def watch() -> None:
-        while True:
-            await edges.wait()
-            woken.append(calls.running)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch)
-        await anyio.wait_all_tasks_blocked()
-        calls.started()  # 0 → 1: an edge
-        await anyio.wait_all_tasks_blocked()
-        calls.started()
-        calls.ended()  # busy throughout: no wake-up
-        await anyio.wait_all_tasks_blocked()
-        edges.notify()  # another source's edge (the worker's tasks)
-        await anyio.wait_all_tasks_blocked()
-        calls.ended()  # 1 → 0: an edge
-        await anyio.wait_all_tasks_blocked()
-        assert woken == [1, 1, 0]
-        tg.cancel_scope.cancel()
