@@ -171,7 +171,7 @@ async def _serve(
                 failure = exc
         if dispatcher is not None:
             dispatcher.cancel()  # partitions the plan never read still wait for credit
-        tg.cancel_scope.cancel()
+        # (that ends the group's only task, if it still runs: the group exits without a cancel)
     if failure is not None:
         raise failure
     if metrics is None:

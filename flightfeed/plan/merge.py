@@ -72,6 +72,7 @@ async def merge(
     )
     failure: Exception | None = None
     closed = False
+    drained = False
     async with anyio.create_task_group() as tg, receive:
         for key, source in sources.items():
             tg.start_soon(_Pump[K, T](send.clone()).run, key, source)
@@ -86,8 +87,11 @@ async def merge(
                 except GeneratorExit:
                     closed = True
                     break
+            else:
+                drained = True  # every pump closed its end: none is left to stop
         finally:
-            tg.cancel_scope.cancel()
+            if not drained:
+                tg.cancel_scope.cancel()
     if failure is not None and not closed:
         raise failure
 
