@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+import anyio
 import anyio.to_thread
 
 T = TypeVar("T")
@@ -27,3 +28,24 @@ async def off_loop(
     if nbytes >= threshold:
         return await anyio.to_thread.run_sync(fn, arg)
     return fn(arg)
+
+
+class Signal:
+    """A wake-up that any number of notifiers send and waiters await: `wait` returns at the
+    next `notify`. One Event per round, made only while someone waits, so notifying with
+    nobody waiting (the hot path) costs an attribute check."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None  # (made on first wait: an Event needs a loop)
+
+    def notify(self) -> None:
+        if self._event is not None:
+            self._event.set()
+            self._event = None
+
+    async def wait(self) -> None:
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from anyio.abc import TaskGroup
 
+from ..concurrency import Signal
 from ..errors import FeedError
 from .provider import WorkUnitFeedProvider, close_feed, encode_unit
 
@@ -57,34 +57,26 @@ class _PartitionLog:
         self.wanted = 0  # the pump pulls while base + len(units) < wanted
         self.ended = False
         self.error: Exception | None = None
-        self.changed: anyio.Event | None = None  # readers wait: a unit, the end or an error
-        self.demand: anyio.Event | None = None  # the pump waits: a reader raised `wanted`
+        self.changed = Signal()  # readers wait: a unit, the end or an error
+        self.demand = Signal()  # the pump waits: a reader raised `wanted`
 
     @property
     def pulled(self) -> int:
         return self.base + len(self.units)
 
     def notify(self) -> None:
-        """Wake the readers waiting (events only while someone waits: the hot path is lean)."""
-        if self.changed is not None:
-            self.changed.set()
-            self.changed = None
+        """Wake the readers waiting."""
+        self.changed.notify()
 
     def ask(self, wanted: int) -> None:
         if wanted > self.wanted:
             self.wanted = wanted
-            if self.demand is not None:
-                self.demand.set()
-                self.demand = None
+            self.demand.notify()
 
     async def wait_changed(self) -> None:
-        if self.changed is None:
-            self.changed = anyio.Event()
         await self.changed.wait()
 
     async def wait_demand(self) -> None:
-        if self.demand is None:
-            self.demand = anyio.Event()
         await self.demand.wait()
 
     def __repr__(self) -> str:

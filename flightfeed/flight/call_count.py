@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import anyio
+from ..concurrency import Signal
 
 
 class CallCount:
     """Calls in flight, counted by the connection handlers on the event loop's thread."""
 
     def __init__(self, on_edge: Callable[[], None] | None = None) -> None:
-        """`on_edge`: also told of each edge (idle_release.Edges.notify)."""
+        """`on_edge`: also told of each edge (a Signal's notify that other sources share)."""
         self._on_edge = on_edge
         self._running = 0
         self.total = 0
         """Calls started since the server started (for operators and tests)."""
-        self._edge: anyio.Event | None = None  # made on first wait: an Event needs a loop
+        self._edge = Signal()
 
     @property
     def running(self) -> int:
@@ -47,13 +47,9 @@ class CallCount:
 
     async def changed(self) -> None:
         """Return once the server next starts running calls, or stops running any."""
-        if self._edge is None:
-            self._edge = anyio.Event()
         await self._edge.wait()
 
     def _wake(self) -> None:
         if self._on_edge is not None:
             self._on_edge()
-        if self._edge is not None:
-            self._edge.set()
-            self._edge = None
+        self._edge.notify()

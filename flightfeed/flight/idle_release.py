@@ -40,25 +40,3 @@ async def release_when_idle(
             continue  # busy again within the delay: wait for the next quiet spell
         await anyio.to_thread.run_sync(release)
         await changed()  # released once per quiet spell
-
-
-class Edges:
-    """One wake-up for the busy/idle edges of several sources (a worker's tasks and its calls).
-
-    Each source calls `notify` on its edges; `release_when_idle` waits on `wait`. A shared
-    event instead of a waiter task per source: waiting costs one Event, not a task group.
-    """
-
-    def __init__(self) -> None:
-        self._event: anyio.Event | None = None  # made on first wait: an Event needs a loop
-
-    def notify(self) -> None:
-        if self._event is not None:
-            self._event.set()
-            self._event = None
-
-    async def wait(self) -> None:
-        """Return at the next `notify`."""
-        if self._event is None:
-            self._event = anyio.Event()
-        await self._event.wait()

@@ -12,9 +12,10 @@ from typing import Any
 
 import anyio
 
+from ..concurrency import Signal
 from ..errors import ErrorOrigin
 from ..flight.call_count import CallCount
-from ..flight.idle_release import Edges, release_when_idle
+from ..flight.idle_release import release_when_idle
 from ..flight.server import FlightServer
 from ..flight.tuning import release_free_memory
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE
@@ -67,7 +68,7 @@ class Worker:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     ) -> None:
         self.config = config or WorkerConfig()
-        self._busy_edges = Edges()
+        self._busy_edges = Signal()  # the first task or call comes, the last one goes
         self.state = WorkerState(
             config=self.config,
             registry=TaskRegistry(self.config, on_edge=self._busy_edges.notify),

@@ -7,8 +7,9 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
+from flightfeed.concurrency import Signal
 from flightfeed.flight.call_count import CallCount
-from flightfeed.flight.idle_release import Edges, release_when_idle
+from flightfeed.flight.idle_release import release_when_idle
 from flightfeed.flight.tuning import release_free_memory
 
 pytestmark = pytest.mark.anyio
@@ -87,7 +88,7 @@ def test_release_free_memory_runs_here() -> None:
 
 
 async def test_a_call_count_wakes_its_waiters_and_shared_edges_on_its_edges_only() -> None:
-    edges = Edges()  # shared with another source: the worker's tasks
+    edges = Signal()  # shared with another source: the worker's tasks
     calls = CallCount(on_edge=edges.notify)
     woken: dict[str, list[int]] = {"calls": [], "edges": []}
 
