@@ -1,4 +1,5 @@
-"""Keeping the event loop free: the one helper every layer uses to move CPU work off it.
+"""The event loop's two shared helpers: `off_loop`, which every layer uses to move CPU work
+off it, and `Signal`, the wake-up every layer uses to wait for a change.
 
 A callback that runs long on the event loop stops every other stream the process serves, so
 decoding a large plan or control message, say, runs on a worker thread; small inputs stay
