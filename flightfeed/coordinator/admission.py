@@ -14,6 +14,7 @@ from typing import Final
 
 import anyio
 
+from ..concurrency import Signal
 from ..errors import InvalidArgument, ResourceExhausted
 
 DEFAULT_MAX_CONCURRENT_QUERIES: Final = 256
@@ -31,7 +32,7 @@ class Admission:
         self.max_queued = max_queued
         self.running = 0
         self._waiting: deque[anyio.Event] = deque()
-        self._changed = anyio.Event()
+        self._changed = Signal()
 
     @property
     def busy(self) -> bool:
@@ -43,8 +44,7 @@ class Admission:
         await self._changed.wait()
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        self._changed.notify()
 
     @property
     def queued(self) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import anyio
 
+from ..concurrency import Signal
 from ..errors import NotFound, ResourceExhausted, Unavailable
 from ..protocol.keys import TaskId
 from .config import WorkerConfig
@@ -39,7 +40,7 @@ class TaskRegistry:
         self._tasks: dict[TaskId, Task] = {}
         self._waiters: dict[TaskId, _Waiter] = {}
         self._tombstones: OrderedDict[TaskId, tuple[str, float]] = OrderedDict()
-        self._changed = anyio.Event()
+        self._changed = Signal()
         self.draining = False
         """Set when the worker shuts down gracefully: running tasks finish, new ones are
         refused."""
@@ -68,8 +69,7 @@ class TaskRegistry:
         await self._changed.wait()
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        self._changed.notify()
 
     def check_capacity(self, key: TaskId) -> None:
         if self.draining:
