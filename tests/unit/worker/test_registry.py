@@ -122,7 +122,7 @@ async def test_the_idle_reaper_cancels_a_task_added_while_it_slept() -> None:
     registry = TaskRegistry(WorkerConfig(idle_ttl=0.2))
     async with anyio.create_task_group() as tg:
         tg.start_soon(registry.reap_idle)
-        await anyio.sleep(0.05)  # the reaper sleeps a whole TTL: no task yet
+        await anyio.wait_all_tasks_blocked()  # the reaper sleeps a whole TTL: no task yet
         task = new_task(tg, key())
         registry.add(task)
         with anyio.fail_after(5):
