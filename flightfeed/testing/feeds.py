@@ -28,7 +28,7 @@ import anyio
 import anyio.lowlevel
 import pyarrow as pa
 
-from ..coordinator import TaskEstimation, TaskEstimator
+from ..coordinator import Catalog, TaskEstimation, TaskEstimator
 from ..errors import InvalidArgument, PlanDecodeError
 from ..feeds import FEED_INBOX_KEY, FeedInbox, FeedRegistry, WorkUnitFeed
 from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
@@ -476,6 +476,15 @@ def unit_feed_registry() -> FeedRegistry:
     registry = FeedRegistry()
     registry.register(UnitScan, lambda node: node.feed)
     return registry
+
+
+def with_unit_scans(catalog: Catalog, tasks: int | None = None) -> Catalog:
+    """`catalog` made to plan UnitScans (their codec and their feed) and, with `tasks`, to split
+    each over that many tasks."""
+    catalog.with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
+    if tasks is not None:
+        catalog.with_estimator(UnitScan.name, UnitScanEstimator(tasks))
+    return catalog
 
 
 async def unit_session_builder(ctx: WorkerQueryContext) -> Session:

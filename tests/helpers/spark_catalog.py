@@ -24,7 +24,11 @@ from flightfeed.plan import (
 )
 from flightfeed.plan.base import expect_children
 from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
-from flightfeed.testing.feeds import UnitScan, UnitScanCodec, live_provider, unit_scan
+from flightfeed.testing.feeds import (
+    live_provider,
+    unit_scan,
+    with_unit_scans,
+)
 
 NUMBERS = pa.table(
     {"n": pa.array(range(100), pa.int64()), "word": [f"w{i % 7}" for i in range(100)]}
@@ -102,7 +106,7 @@ def spark_test_catalog() -> Catalog:
         """scan(2, '3,1', '2', '4', '1,1'), whose partition 0 fails on its first read."""
         return FailOnce(found.plan("scan", (2, "3,1", "2", "4", "1,1")), token)
 
-    found.with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
+    with_unit_scans(found)
 
     @found.table("live")
     def live(name: str, partitions: int) -> ExecutionPlan:

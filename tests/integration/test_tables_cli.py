@@ -21,10 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
+from helpers.tables_cli import tables
 from helpers.worker_process import TESTS_DIR
 from helpers.worker_process import worker_process as live_worker
-
-from flightfeed.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +32,6 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data_dir = tmp_path_factory.mktemp("tables")
     with live_worker("--data-dir", str(data_dir)) as (_, location):
         yield location
-
-
-def tables(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """`flightfeed tables ARGV...`: exit status, stdout, stderr."""
-    capsys.readouterr()
-    code = main(["tables", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def create(capsys: pytest.CaptureFixture[str], worker: str, name: str, *extra: str) -> None:

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from helpers.certificates import Certificates, make_certificates
+from helpers.tables_cli import tables
 from helpers.worker_process import worker_process
-
-from flightfeed.cli import main
 
 TOKEN = "tables-cli-s3cret-token"
 
@@ -62,14 +61,6 @@ def mtls_worker(
         "--auth-token-file", str(token_files[0]),
     ) as (_, location):  # fmt: skip
         yield location
-
-
-def tables(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """`flightfeed tables ARGV...`: exit status, stdout, stderr."""
-    capsys.readouterr()
-    code = main(["tables", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error_line(err: str, command: str, subject: str, worker: str) -> str:

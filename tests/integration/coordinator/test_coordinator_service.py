@@ -20,10 +20,8 @@ from flightfeed.plan import ExecutionPlan, call, col, lit
 from flightfeed.testing import wait_for_no_tasks
 from flightfeed.testing.feeds import (
     UnitProvider,
-    UnitScan,
-    UnitScanCodec,
-    UnitScanEstimator,
     unit_scan,
+    with_unit_scans,
 )
 
 pytestmark = pytest.mark.anyio
@@ -31,9 +29,7 @@ T = TypeVar("T")
 
 
 def catalog() -> Catalog:
-    found = Catalog()
-    found.with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
-    found.with_estimator(UnitScan.name, UnitScanEstimator(2))
+    found = with_unit_scans(Catalog(), tasks=2)
 
     @found.table("units", description="per partition, units b'<p>:<i>'")
     def units(partitions: int, per_partition: int) -> ExecutionPlan:

@@ -25,10 +25,8 @@ from flightfeed.plan import ExecutionPlan
 from flightfeed.spark import client
 from flightfeed.testing.feeds import (
     UnitProvider,
-    UnitScan,
-    UnitScanCodec,
-    UnitScanEstimator,
     unit_scan,
+    with_unit_scans,
 )
 
 pytestmark = pytest.mark.anyio
@@ -40,9 +38,7 @@ UNITS = 300
 
 
 def catalog() -> Catalog:
-    found = Catalog()
-    found.with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
-    found.with_estimator(UnitScan.name, UnitScanEstimator(2))
+    found = with_unit_scans(Catalog(), tasks=2)
 
     @found.table("units")
     def units() -> ExecutionPlan:

@@ -22,19 +22,16 @@ from flightfeed.errors import FeedError
 from flightfeed.plan import ExecutionPlan
 from flightfeed.testing.feeds import (
     UnitProvider,
-    UnitScan,
-    UnitScanCodec,
-    UnitScanEstimator,
     live_provider,
     unit_scan,
+    with_unit_scans,
 )
 
 pytestmark = pytest.mark.anyio
 
 
 def catalog() -> Catalog:
-    found = Catalog().with_codec(UnitScanCodec()).with_feed(UnitScan, lambda node: node.feed)
-    found.with_estimator(UnitScan.name, UnitScanEstimator(2))
+    found = with_unit_scans(Catalog(), tasks=2)
 
     @found.table("live")
     def live(name: str, partitions: int) -> ExecutionPlan:
