@@ -444,7 +444,10 @@ class Coordinator:
                         url,
                         feed_partitions={f: list(a.partitions) for f, a in task.feeds.items()},
                     )
-                    runtime.add(TaskRun(stage, task, key, url, channels[url], plan_proto, record))
+                    window = self.channels.feed_window(url)
+                    runtime.add(
+                        TaskRun(stage, task, key, url, channels[url], plan_proto, record, window)
+                    )
         return runtime
 
     async def hold(
@@ -599,7 +602,8 @@ class Coordinator:
         )
         channel = await self.channels.channel(url)
         # A held query is one stage: its plan reads no other task, so it runs anywhere as is.
-        new = TaskRun(run.stage, run.task, key, url, channel, run.plan_proto, record)
+        window = self.channels.feed_window(url)
+        new = TaskRun(run.stage, run.task, key, url, channel, run.plan_proto, record, window)
         held.runtime.metrics.failed_attempts.append(
             f"task {run.task.task_number} {failure}; moved to {url}"
         )

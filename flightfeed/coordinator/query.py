@@ -44,6 +44,8 @@ class TaskRun:
     channel: WorkerChannel
     plan_proto: bytes
     record: TaskRecord
+    feed_window: int = 0
+    """Units per feed partition the worker takes before its first grant (GetWorkerInfo)."""
     ready: anyio.Event = field(default_factory=anyio.Event)
     """Set once the task's SetPlan went out: its outputs may be read."""
     dispatcher: FeedDispatcher | None = None

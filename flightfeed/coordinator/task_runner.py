@@ -1,7 +1,8 @@
 """Running one task: its CoordinatorChannel, its feed dispatcher, its metrics.
 
-The channel carries the SetPlan, then the dispatcher's WorkUnitBatches; the worker answers
-with credit grants (fed to the dispatcher) and finally TaskMetrics. When the query is
+The channel carries the SetPlan, then the dispatcher's WorkUnitBatches: the first ones right
+behind the plan, against the window the worker reported (GetWorkerInfo), the rest against the
+credit grants the worker answers with. Finally the worker sends TaskMetrics. When the query is
 cancelled the task gets a CancelTask before its channel closes, so the worker drops the task at
 once, whatever it was doing. The channel is a WorkerChannel's: gRPC or in-process alike.
 """
@@ -119,8 +120,10 @@ async def _run(
             log_limit=options.delivery_log_limit,
             origin=TaskId.of(run.key).origin(),  # the provider runs here, not on the worker
             open_feed=runtime.replay.open if runtime.replay is not None else None,
+            presumed_credits=run.feed_window,
         )
         set_plan.work_unit_feed_declarations = dispatcher.declarations()
+        set_plan.presumed_credits = run.feed_window
         run.dispatcher = dispatcher
         run.record.attach(dispatcher)
     async with run.channel.open_task(set_plan, headers=headers) as opened:

@@ -145,10 +145,15 @@ class FeedDispatcher:
         packed: bool = True,
         origin: ErrorOrigin | None = None,
         open_feed: OpenFeed | None = None,
+        presumed_credits: int = 0,
     ) -> None:
-        """`open_feed`: where a partition's units come from (default: `provider.feed`)."""
-        if max_batch_units < 1 or max_batch_bytes < 1 or linger < 0:
-            raise InvalidArgument("feed batches need max units ≥ 1, max bytes ≥ 1, linger ≥ 0")
+        """`open_feed`: where a partition's units come from (default: `provider.feed`).
+        `presumed_credits`: units per partition sent before the worker's first grant (the
+        window it reported; the SetPlanRequest says so), saving the task a round trip."""
+        if max_batch_units < 1 or max_batch_bytes < 1 or linger < 0 or presumed_credits < 0:
+            raise InvalidArgument(
+                "feed batches need max units ≥ 1, max bytes ≥ 1, linger ≥ 0, presumed credits ≥ 0"
+            )
         self._send = send
         self._ctx = ctx
         self._origin = origin or ErrorOrigin()  # providers run here, on the coordinator
@@ -162,9 +167,9 @@ class FeedDispatcher:
         self._slots: dict[tuple[bytes, int], _Out] = {}
         for feed_id, (provider, partitions) in self._feeds.items():
             for local, global_partition in enumerate(partitions):
-                self._slots[(feed_id, local)] = _Out(
-                    feed_id, local, global_partition, provider, keep_log
-                )
+                slot = _Out(feed_id, local, global_partition, provider, keep_log)
+                slot.credit = presumed_credits
+                self._slots[(feed_id, local)] = slot
         self._dirty: dict[_Out, None] = {}  # slots with pulled units or a mark, in arrival order
         self._pending_units = 0
         self._pending_bytes = 0
@@ -219,8 +224,8 @@ class FeedDispatcher:
         try:
             with anyio.CancelScope() as scope:
                 slot.scope = scope
-                # The provider starts with the partition's first credit: not before the worker
-                # has built its buffers, and never for a partition that is never granted.
+                # The provider starts with the partition's first credit: presumed (the worker
+                # builds its buffers before it reads the units behind its plan) or granted.
                 if slot.credit <= 0:
                     await self._await_credit(slot)
                 if slot.finished:

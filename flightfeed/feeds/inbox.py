@@ -8,7 +8,10 @@ calls `deliver` for every WorkUnitBatch (synchronous, never blocks) and forwards
 Flow control: each (feed, partition) starts with a window of `credits` units granted to the
 coordinator. A consumer taking units frees window space, granted back in batches once half the
 window is free. So at any moment buffered + in flight + not yet granted == credits, and a
-partition nobody reads holds at most `credits` units while the others run at full speed.
+partition nobody reads holds at most `credits` units while the others run at full speed. A
+coordinator that knows the window (GetWorkerInfo) presumes it granted (`presumed`, from
+SetPlanRequest.presumed_credits) and sends that many units behind the plan; the first grant is
+only the rest of the window, so the sum stays the same.
 
 Replayable inboxes (`replay_limit`) keep every unit a consumer took, per partition, up to the
 limit: a partition may then be read again (a retried Spark task) and yields the same units in
@@ -51,6 +54,8 @@ from .latency import LatencyHistogram, Percentiles
 T = TypeVar("T")
 
 DEFAULT_CREDITS: Final = 64
+MAX_FEED_WINDOW: Final = 1 << 16
+"""Upper bound on a partition's credit window (WorkerConfig.feed_credits, presumed credits)."""
 MAX_DECLARED_PARTITIONS: Final = 1 << 16
 """Upper bound on the partitions one task may declare: each gets a buffer and a grant."""
 
@@ -206,6 +211,15 @@ class CreditGrants:
             raise StopAsyncIteration from None
 
 
+def check_presumed_credits(presumed: int) -> None:
+    """Refuse a presumed window no worker would grant (it would bound nothing)."""
+    if presumed > MAX_FEED_WINDOW:
+        raise InvalidArgument(
+            f"the SetPlanRequest presumes {presumed} feed credits per partition; at most"
+            f" {MAX_FEED_WINDOW} may be presumed"
+        )
+
+
 class FeedInbox:
     """Units the coordinator streams to one task, buffered per (feed, partition)."""
 
@@ -214,10 +228,15 @@ class FeedInbox:
         declarations: Iterable[tuple[bytes, int]],
         *,
         credits: int = DEFAULT_CREDITS,
+        presumed: int = 0,
         replay_limit: int | None = None,
     ) -> None:
-        if credits < 1:
-            raise InvalidArgument(f"feed credits must be at least 1, got {credits}")
+        """`presumed`: credits per partition the coordinator counts as granted already (at
+        most `credits`); the first grant is the rest of the window."""
+        if not 1 <= credits <= MAX_FEED_WINDOW:
+            raise InvalidArgument(f"feed credits must be in 1..{MAX_FEED_WINDOW}, got {credits}")
+        if not 0 <= presumed <= credits:
+            raise InvalidArgument(f"presumed credits must be in 0..{credits}, got {presumed}")
         if replay_limit is not None and replay_limit < 0:
             raise InvalidArgument(f"replay_limit must be 0 or more, got {replay_limit}")
         self.credits = credits
@@ -245,7 +264,8 @@ class FeedInbox:
                 slot = self._slots[(feed_id, partition)] = _Slot(feed_id, partition, credits)
                 if replay_limit is not None:
                     slot.log = []
-                self.credit_grants._add(slot, credits)
+                if credits > presumed:
+                    self.credit_grants._add(slot, credits - presumed)
         self._open = len(self._slots)
         if not self._slots:
             self.credit_grants._close(drop=False)
@@ -256,11 +276,12 @@ class FeedInbox:
         declarations: Sequence[SetPlanRequestWorkUnitFeedDeclaration],
         *,
         credits: int = DEFAULT_CREDITS,
+        presumed: int = 0,
         replay_limit: int | None = None,
     ) -> FeedInbox:
         """The inbox for a SetPlanRequest's `work_unit_feed_declarations`."""
         pairs = [(d.id, d.partitions) for d in declarations]
-        return cls(pairs, credits=credits, replay_limit=replay_limit)
+        return cls(pairs, credits=credits, presumed=presumed, replay_limit=replay_limit)
 
     def reserve_from(self, memory: MemoryReservation) -> None:
         """Reserve buffered units' bytes (and replay logs') from `memory` from now on."""

@@ -4,7 +4,8 @@ one until the calls open at once exceed the worker's stream limit).
 Every task channel and ExecuteTask of every query to a worker shares its channel for the
 resolver's lifetime; `inproc://` workers of this process get an in-process channel. A worker is
 version-checked the first time it is used; a worker that fails the check is not kept, so a later
-query checks it again (it may have been upgraded).
+query checks it again (it may have been upgraded). The check also says the worker's feed window,
+so a new task's first work units go out behind its plan instead of after a grant.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..flight.keepalive import WORKER_CLIENT_KEEPALIVE, KeepalivePolicy
 from ..flight.tls import ClientTls
 from .channel import WorkerChannel
 from .connect import connect_worker
-from .version import check_worker_version
+from .version import checked_worker_info
 
 
 class ChannelResolver:
@@ -46,6 +47,7 @@ class ChannelResolver:
         self._check_version = check_version
         self._expected = expected_version
         self._clients: dict[str, WorkerChannel] = {}
+        self._feed_windows: dict[str, int] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._closed = False
 
@@ -67,13 +69,19 @@ class ChannelResolver:
             )
             try:
                 if self._check_version:
-                    await check_worker_version(client, url, self._expected)
+                    info = await checked_worker_info(client, url, self._expected)
+                    self._feed_windows[url] = info.feed_window
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await client.close()
                 raise
             self._clients[url] = client
             return client
+
+    def feed_window(self, url: str) -> int:
+        """Work units per feed partition a new task on `url` may be sent before its first
+        grant: the window the worker reported, 0 for a worker not (yet) checked."""
+        return self._feed_windows.get(url, 0)
 
     @property
     def urls(self) -> list[str]:
@@ -83,6 +91,7 @@ class ChannelResolver:
     async def forget(self, url: str) -> None:
         """Close a worker's channel (after it failed); the next use reconnects."""
         client = self._clients.pop(url, None)
+        self._feed_windows.pop(url, None)
         if client is not None:
             await client.close()
 

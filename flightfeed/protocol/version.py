@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from grpclib.const import Status
 
+from .._generated.flightfeed.v1 import GetWorkerInfoResponse
 from .._version import __version__
 from ..errors import ErrorOrigin, FlightfeedError, RemoteError, VersionMismatch
 from .channel import WorkerChannel
@@ -18,6 +19,15 @@ async def check_worker_version(
     channel: WorkerChannel, url: str, expected: str = __version__
 ) -> str:
     """The worker's version; VersionMismatch naming the worker and both versions otherwise."""
+    info = await checked_worker_info(channel, url, expected)
+    version: str = info.version
+    return version
+
+
+async def checked_worker_info(
+    channel: WorkerChannel, url: str, expected: str = __version__
+) -> GetWorkerInfoResponse:
+    """The worker's GetWorkerInfo, once its version is known to be `expected`."""
     origin = ErrorOrigin(worker_url=url)
     try:
         info = await channel.worker_info()
@@ -29,8 +39,7 @@ async def check_worker_version(
             f"this coordinator runs flightfeed {expected}",
             origin=origin,
         )
-    version: str = info.version
-    return version
+    return info
 
 
 def _unusable(error: FlightfeedError, url: str, origin: ErrorOrigin) -> FlightfeedError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..feeds.inbox import MAX_FEED_WINDOW
 from ..flight.auth import Authenticator
 from ..flight.connection_limits import ConnectionLimits
 from ..flight.idle_release import DEFAULT_QUIET_SECONDS
@@ -28,7 +29,8 @@ class WorkerConfig:
         this long after the first one is dropped (its full buffer would stop the producer, and
         with it every other output); a consumer that comes later gets an error.
     max_concurrent_tasks: SetPlans beyond this are refused with RESOURCE_EXHAUSTED.
-    feed_credits: work units in flight per feed partition (the per-partition window).
+    feed_credits: work units in flight per feed partition (the per-partition window, at most
+        65,536); GetWorkerInfo reports it, so coordinators send that many behind a SetPlan.
     max_feed_partitions: feed partitions one task may declare (each gets its own queue and
         credit), refused with RESOURCE_EXHAUSTED before any is allocated.
     replay_limit: work units kept per feed partition of a replayable task, so a partition read
@@ -108,6 +110,8 @@ class WorkerConfig:
             < 1
         ):
             raise ValueError("WorkerConfig buffers and limits must be at least 1")
+        if not 1 <= self.feed_credits <= MAX_FEED_WINDOW:
+            raise ValueError(f"WorkerConfig.feed_credits must be in 1..{MAX_FEED_WINDOW}")
         if self.memory_limit is not None and self.memory_limit < 1:
             raise ValueError("WorkerConfig.memory_limit must be positive (or None)")
         relative = [root for root in self.parquet_roots if not os.path.isabs(root)]

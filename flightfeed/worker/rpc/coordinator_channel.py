@@ -2,7 +2,8 @@
 
 - open: the first message must be a SetPlanRequest; the task's session is built from the
   request headers and its plan decoded (off the event loop when large). Nothing is registered
-  yet, so a bad request leaves no state behind.
+  yet, so a bad request leaves no state behind. Work units the coordinator sent behind the
+  plan against presumed credits wait in the stream meanwhile.
 - run: the task is registered and lives as long as the channel: control messages (work units,
   cancellation) flow in, feed credits flow out, and its producers run in the channel's task
   group, so closing the channel, a CancelTask or the idle TTL stops everything it started.
@@ -36,6 +37,7 @@ from ...errors import (
     as_flightfeed_error,
 )
 from ...feeds import FEED_INBOX_KEY, FeedInbox
+from ...feeds.inbox import check_presumed_credits
 from ...plan.base import ExecutionPlan
 from ...plan.metrics_wire import encode_task_metrics
 from ...plan.stage_input import STAGE_READER_KEY
@@ -116,11 +118,16 @@ async def open_task(state: WorkerState, headers: Headers, request: SetPlanReques
     state.registry.check_capacity(key)
     origin = key.origin(state.location)
     check_feed_declarations(request, state.config.max_feed_partitions)
+    check_presumed_credits(request.presumed_credits)
     session = await build_session(state, headers, request.task_key, origin)
     inbox = (
         FeedInbox.from_declarations(
             request.work_unit_feed_declarations,
-            credits=state.config.feed_credits,
+            # A coordinator that learned a larger window (before this worker restarted with a
+            # smaller one) sent that many units already: they are taken, not refused, and the
+            # task's memory budget still bounds their bytes.
+            credits=max(state.config.feed_credits, request.presumed_credits),
+            presumed=request.presumed_credits,
             replay_limit=state.config.replay_limit if request.replayable else None,
         )
         if request.work_unit_feed_declarations

@@ -1,7 +1,7 @@
-"""GetWorkerInfo: the worker's version, so coordinators refuse mismatched workers, and what it
+"""GetWorkerInfo: the worker's version, so coordinators refuse mismatched workers; its feed
+window, so coordinators send a new task's first units without waiting for a grant; and what it
 holds now (tasks, waiting ExecuteTasks, event-loop tasks, calls) and how often it gave memory
-back, so operators and load tests can see
-that state is dropped once queries end."""
+back, so operators and load tests can see that state is dropped once queries end."""
 
 from __future__ import annotations
 
@@ -20,4 +20,5 @@ def get_worker_info(state: WorkerState | None = None) -> GetWorkerInfoResponse:
         info.event_loop_tasks = len(asyncio.all_tasks())
         info.calls = state.calls.running
         info.memory_releases = state.memory_releases
+        info.feed_window = state.config.feed_credits
     return info

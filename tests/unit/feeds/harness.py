@@ -47,6 +47,7 @@ async def feed_link(
     feeds: Mapping[bytes, FeedAssignment],
     *,
     credits: int = 64,
+    presumed: int = 0,
     channel_buffer: int = 2,
     observe: Callable[[FeedInbox], None] | None = None,
     **dispatcher_options: Any,
@@ -54,15 +55,19 @@ async def feed_link(
     """Run dispatcher and inbox joined by bounded in-memory streams; cancel all on exit.
 
     `observe(inbox)` runs after every delivery (for invariants such as bounded buffers).
+    `presumed`: credits the dispatcher starts with, as SetPlanRequest.presumed_credits says.
     """
-    inbox = FeedInbox([(fid, len(a.partitions)) for fid, a in feeds.items()], credits=credits)
+    declared = [(fid, len(a.partitions)) for fid, a in feeds.items()]
+    inbox = FeedInbox(declared, credits=credits, presumed=presumed)
     to_worker_send, to_worker_recv = anyio.create_memory_object_stream[bytes](channel_buffer)
     to_coord_send, to_coord_recv = anyio.create_memory_object_stream[bytes](channel_buffer)
 
     async def send(batch: WorkUnitBatch) -> None:
         await to_worker_send.send(bytes(CoordinatorToWorkerMsg(work_unit_batch=batch)))
 
-    dispatcher = FeedDispatcher(feeds, send, task_context(), **dispatcher_options)
+    dispatcher = FeedDispatcher(
+        feeds, send, task_context(), presumed_credits=presumed, **dispatcher_options
+    )
 
     async with anyio.create_task_group() as tg:
         link = Link(dispatcher, inbox, tg, observe=observe)

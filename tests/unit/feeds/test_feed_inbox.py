@@ -20,6 +20,7 @@ from flightfeed._generated.flightfeed.v1 import (
 )
 from flightfeed.errors import FeedError, InvalidArgument
 from flightfeed.feeds import FeedInbox, UnitRun, encode_batch
+from flightfeed.feeds.inbox import MAX_FEED_WINDOW
 
 pytestmark = pytest.mark.anyio
 
@@ -59,6 +60,20 @@ async def test_initial_window_is_granted_for_every_declared_partition() -> None:
         (B, 0): (8, False),
     }
     assert inbox.credit_grants.take_nowait() is None
+
+
+async def test_a_presumed_window_is_granted_only_in_part_and_units_arrive_before_any_grant() -> (
+    None
+):
+    inbox = FeedInbox([(A, 1), (B, 1)], credits=8, presumed=6)
+    inbox.deliver(units(A, 0, *[b"%d" % i for i in range(8)]))  # 6 presumed + 2 granted
+    assert grants(inbox.credit_grants.take_nowait()) == {(A, 0): (2, False), (B, 0): (2, False)}
+    with pytest.raises(FeedError, match=r"9 units .* with only 8 credits"):
+        FeedInbox([(A, 1)], credits=8, presumed=8).deliver(
+            units(A, 0, *[b"%d" % i for i in range(9)])
+        )
+    whole = FeedInbox([(A, 1)], credits=8, presumed=8)
+    assert whole.credit_grants.take_nowait() is None  # nothing left to grant up front
 
 
 async def test_units_come_in_order_and_credit_returns_in_half_windows() -> None:
@@ -209,6 +224,14 @@ def test_bad_declarations_are_invalid_arguments(
 ) -> None:
     with pytest.raises(InvalidArgument):
         FeedInbox(declarations, credits=credits)
+
+
+@pytest.mark.parametrize(("credits", "presumed"), [(4, 5), (4, -1), (MAX_FEED_WINDOW + 1, 0)])
+def test_a_window_or_presumption_out_of_range_is_an_invalid_argument(
+    credits: int, presumed: int
+) -> None:
+    with pytest.raises(InvalidArgument, match="must be in"):
+        FeedInbox([(A, 1)], credits=credits, presumed=presumed)
 
 
 @pytest.mark.anyio

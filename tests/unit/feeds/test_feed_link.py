@@ -19,6 +19,7 @@ from flightfeed.feeds import (
     FeedInbox,
     WorkUnitFeed,
 )
+from flightfeed.feeds.codec import decode_batch
 from flightfeed.testing.feeds import UnitProvider
 
 from .harness import feed_link, task_context
@@ -46,6 +47,7 @@ def bodies(feed: str, partition: int, count: int) -> list[bytes]:
     counts_a=st.lists(st.integers(0, 60), min_size=1, max_size=4),
     counts_b=st.lists(st.integers(0, 60), max_size=3),
     credits=st.integers(1, 8),
+    presumed_share=st.sampled_from([0.0, 0.5, 1.0]),
     max_units=st.integers(1, 20),
     channel_buffer=st.integers(1, 3),
     linger=st.sampled_from([0.0, 0.0005]),
@@ -56,6 +58,7 @@ async def test_every_unit_arrives_once_in_order_per_partition(
     counts_a: list[int],
     counts_b: list[int],
     credits: int,
+    presumed_share: float,
     max_units: int,
     channel_buffer: int,
     linger: float,
@@ -84,6 +87,7 @@ async def test_every_unit_arrives_once_in_order_per_partition(
         feed_link(
             feeds,
             credits=credits,
+            presumed=int(credits * presumed_share),
             channel_buffer=channel_buffer,
             max_batch_units=max_units,
             linger=linger,
@@ -107,10 +111,14 @@ async def test_every_unit_arrives_once_in_order_per_partition(
     assert sorted(provider_a.closed) == list(range(len(counts_a)))
 
 
-async def test_an_unread_partition_stops_its_provider_at_exactly_its_credits() -> None:
+@pytest.mark.parametrize("presumed", [0, 8, 16])
+async def test_an_unread_partition_stops_its_provider_at_exactly_its_credits(
+    presumed: int,
+) -> None:
     credits = 16
     provider = UnitProvider(units=[bodies("a", p, 500) for p in range(3)])
-    async with feed_link({A: FeedAssignment(provider, [0, 1, 2])}, credits=credits) as link:
+    assignment = {A: FeedAssignment(provider, [0, 1, 2])}
+    async with feed_link(assignment, credits=credits, presumed=presumed) as link:
         async with anyio.create_task_group() as tg:
             for partition in (0, 2):
 
@@ -299,3 +307,27 @@ async def test_partition_done_releases_the_log_and_unknown_credit_is_an_error() 
     with pytest.raises(FeedError, match="protocol violation"):
         dispatcher.grant(credit(B, 0, 1))
     assert [(d.id, d.partitions) for d in dispatcher.declarations()] == [(A, 1)]
+
+
+async def test_presumed_credits_send_units_before_any_grant_and_no_more() -> None:
+    provider = UnitProvider([10, 2])
+    sent: list[tuple[int, bytes]] = []
+
+    async def send(batch: WorkUnitBatch) -> None:
+        for run in decode_batch(batch).runs:
+            sent.extend((run.partition, run.body(i)) for i in range(len(run)))
+
+    dispatcher = FeedDispatcher(
+        {A: FeedAssignment(provider, [0, 1])}, send, task_context(), presumed_credits=3, linger=0
+    )
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(dispatcher.run)
+            await provider.waiters.until(lambda: provider.pulls == [3, 2])
+            await anyio.wait_all_tasks_blocked()
+            # No grant came: the presumed window went out, partition 0 waits for credit.
+            assert sent == [(0, b"0:0"), (0, b"0:1"), (0, b"0:2"), (1, b"1:0"), (1, b"1:1")]
+            assert dispatcher.metrics()[(A, 0)].credit == 0
+            dispatcher.grant(credit(A, 0, 8))  # the last credit finds the partition's end
+    assert [body for partition, body in sent if partition == 0] == [b"0:%d" % i for i in range(10)]
+    assert sorted(provider.closed) == [0, 1]

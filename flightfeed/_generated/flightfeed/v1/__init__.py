@@ -715,6 +715,13 @@ class GetWorkerInfoResponse(betterproto2.Message):
     Times the worker handed freed memory back to the system after going quiet.
     """
 
+    feed_window: "int" = betterproto2.field(7, betterproto2.TYPE_UINT64)
+    """
+    Extension: the credit window each feed partition of a new task starts with. A
+    coordinator may send up to that many units per partition right behind the
+    SetPlanRequest (SetPlanRequest.presumed_credits) instead of waiting for the first grant.
+    """
+
 
 default_message_pool.register_message(
     "flightfeed.v1", "GetWorkerInfoResponse", GetWorkerInfoResponse
@@ -1399,6 +1406,14 @@ class SetPlanRequest(betterproto2.Message):
     Extension: every output partition may be read more than once (a Spark task retry) and
     yields the same rows, its work units replayed from the worker's log of them; the task
     lives until the coordinator half-closes the channel, then reports its metrics.
+    """
+
+    presumed_credits: "int" = betterproto2.field(8, betterproto2.TYPE_UINT64)
+    """
+    Extension: units per feed partition the coordinator already counts as granted, at most
+    the worker's GetWorkerInfoResponse.feed_window: it sends them without waiting a round
+    trip for the first FeedCredits, which then tops each partition up to the window. A worker
+    whose window is smaller refuses the task.
     """
 
 
