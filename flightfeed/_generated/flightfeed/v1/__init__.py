@@ -1413,7 +1413,8 @@ class SetPlanRequest(betterproto2.Message):
     Extension: units per feed partition the coordinator already counts as granted, at most
     the worker's GetWorkerInfoResponse.feed_window: it sends them without waiting a round
     trip for the first FeedCredits, which then tops each partition up to the window. A worker
-    whose window is smaller refuses the task.
+    whose window is smaller (it restarted with another) takes them as the task's window;
+    more than 65,536 is refused.
     """
 
 
