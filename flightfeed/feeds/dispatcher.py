@@ -94,13 +94,19 @@ class _Out:
     )
 
     def __init__(
-        self, feed_id: bytes, partition: int, global_partition: int, provider: Any, log: bool
+        self,
+        feed_id: bytes,
+        partition: int,
+        global_partition: int,
+        provider: Any,
+        log: bool,
+        credit: int,
     ) -> None:
         self.feed_id = feed_id
         self.partition = partition
         self.global_partition = global_partition
         self.provider = provider
-        self.credit = 0
+        self.credit = credit
         self.waiter: anyio.Event | None = None
         self.bodies: list[bytes] = []  # pulled, not yet packed
         self.created: list[int] = []
@@ -167,9 +173,9 @@ class FeedDispatcher:
         self._slots: dict[tuple[bytes, int], _Out] = {}
         for feed_id, (provider, partitions) in self._feeds.items():
             for local, global_partition in enumerate(partitions):
-                slot = _Out(feed_id, local, global_partition, provider, keep_log)
-                slot.credit = presumed_credits
-                self._slots[(feed_id, local)] = slot
+                self._slots[(feed_id, local)] = _Out(
+                    feed_id, local, global_partition, provider, keep_log, presumed_credits
+                )
         self._dirty: dict[_Out, None] = {}  # slots with pulled units or a mark, in arrival order
         self._pending_units = 0
         self._pending_bytes = 0

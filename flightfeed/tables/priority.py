@@ -10,6 +10,8 @@ from contextlib import asynccontextmanager
 
 import anyio
 
+from ..concurrency import Signal
+
 
 class PriorityGate:
     def __init__(self, slots: int) -> None:
@@ -18,7 +20,7 @@ class PriorityGate:
         self.slots = slots
         self.running = 0
         self._waiting: tuple[deque[anyio.Event], deque[anyio.Event]] = (deque(), deque())
-        self._changed: anyio.Event | None = None  # made on first wait: no loop before
+        self._changed = Signal()
 
     @property
     def waiting(self) -> tuple[int, int]:
@@ -28,14 +30,10 @@ class PriorityGate:
     async def wait_until(self, condition: Callable[[PriorityGate], bool]) -> None:
         """Until `condition(gate)` holds (re-checked at every change of the gate)."""
         while not condition(self):
-            if self._changed is None:
-                self._changed = anyio.Event()
             await self._changed.wait()
 
     def _notify(self) -> None:
-        changed, self._changed = self._changed, None
-        if changed is not None:
-            changed.set()
+        self._changed.notify()
 
     @asynccontextmanager
     async def slot(self, *, low: bool = False) -> AsyncIterator[None]:
