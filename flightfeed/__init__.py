@@ -1,6 +1,7 @@
 """flightfeed: an asyncio Arrow Flight framework for distributed query execution over work
 discovered at runtime. The public API is what `__all__` lists; everything else is internal."""
 
+from . import _allocator  # noqa: F401  (first: configures Arrow's allocator before pyarrow loads)
 from ._version import __version__
 from .coordinator import (
     Coordinator,
