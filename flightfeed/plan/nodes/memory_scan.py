@@ -34,6 +34,7 @@ class MemoryScan(PlanNodeBase):
         )
         self.embedded_bytes = sum(batch.nbytes for part in self.partitions for batch in part)
         """Held as long as the plan: a worker reserves it for the task (see plan/memory.py)."""
+        self.embedded_rows = sum(batch.num_rows for part in self.partitions for batch in part)
 
     @classmethod
     def from_table(

@@ -60,12 +60,14 @@ class ParquetScan(PlanNodeBase):
         task_count: int = 1,
         roots: tuple[str, ...] | None = None,
         estimated_bytes: int | None = None,
+        estimated_rows: int | None = None,
     ) -> None:
         """Low-level: `partitions` as laid out (see `from_paths`); `schema` is the output's,
         after projecting `columns` (all of the files' when empty). `roots`: the directories a
         decoded scan may read (checked again when the files are opened, links resolved).
-        `estimated_bytes`: what all partitions decode to, before the filter, if known (from the
-        footers; the planner's broadcast decision: it is not sent to workers)."""
+        `estimated_bytes` and `estimated_rows`: what all partitions decode to, before the
+        filter, if known (from the footers; for the planner's decisions: they are not sent to
+        workers)."""
         if not partitions:
             raise InvalidArgument("ParquetScan needs at least one partition")
         if task_count < 1 or len(partitions) % task_count:
@@ -81,6 +83,7 @@ class ParquetScan(PlanNodeBase):
         self.task_count = task_count
         self.roots = roots
         self.estimated_bytes = estimated_bytes
+        self.estimated_rows = estimated_rows
 
     @classmethod
     def from_paths(
@@ -121,7 +124,15 @@ class ParquetScan(PlanNodeBase):
         whole = sum(group.total_byte_size for _, group in groups)
         share = len(schema) / max(len(dataset.schema), 1)  # the projected columns' share, roughly
         estimate = int(whole * share)
-        return cls(schema, layout, columns=columns, filter=filter, estimated_bytes=estimate)
+        rows = sum(group.num_rows for _, group in groups)
+        return cls(
+            schema,
+            layout,
+            columns=columns,
+            filter=filter,
+            estimated_bytes=estimate,
+            estimated_rows=rows,
+        )
 
     @property
     def schema(self) -> pa.Schema:
@@ -141,6 +152,7 @@ class ParquetScan(PlanNodeBase):
             task_count=task_count,
             roots=self.roots,
             estimated_bytes=self.estimated_bytes,
+            estimated_rows=self.estimated_rows,
         )
 
     async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:

@@ -33,6 +33,7 @@ from flightfeed.plan import (
     pre_order,
 )
 from flightfeed.plan.nodes.hash_join import JOIN_TYPES
+from flightfeed.plan.statistics import estimated_bytes
 from flightfeed.session import Session
 from flightfeed.testing import start_cluster, wait_for_no_tasks
 from flightfeed.worker import WorkerConfig
@@ -205,6 +206,31 @@ async def test_a_small_build_side_of_a_shuffled_join_is_broadcast_instead(
         assert "NetworkShuffle(" not in text
         assert "NetworkBroadcast(" in text
         assert "collect_left" in text
+
+
+async def test_a_build_side_aggregated_to_one_row_is_broadcast(tmp_path: Path) -> None:
+    """An aggregate's output is estimated from its own rows and columns, not its input's: the
+    largest key of a table over the threshold is one row, so the join broadcasts it instead of
+    shuffling both sides (it was shuffled while an aggregate counted at its input's size)."""
+    large = write_table(tmp_path, "b", [k % 1000 for k in range(100_000)], files=4)
+    small = write_table(tmp_path, "s", [1, 999, 999, None, 7])
+
+    def built() -> ExecutionPlan:
+        top = scan(large).aggregate([], [agg("max", col("b_key"), name="top")])
+        return top.join(scan(small), [("top", "s_key")], strategy="shuffle").plan
+
+    threshold = 1 << 20
+    large_bytes = estimated_bytes(ParquetScan.from_paths(str(large)))
+    assert large_bytes is not None
+    assert large_bytes > threshold
+    expected = rows(await one_process(built()))
+    assert [row[1] for row in expected] == [999, 999]
+    async with cluster(tmp_path, broadcast_threshold_bytes=threshold) as coordinator:
+        text = await coordinator.explain(built())
+        got = rows(await coordinator.collect(built()))
+    assert got == expected
+    assert "NetworkShuffle(" not in text
+    assert "NetworkBroadcast(" in text
 
 
 async def test_a_worker_reads_only_from_its_listed_peers(tmp_path: Path) -> None:
