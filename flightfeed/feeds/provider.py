@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
+from types import AsyncGeneratorType
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 
 import anyio
@@ -72,14 +73,19 @@ def unit_decoder(unit_type: type[U]) -> Callable[[bytes], U] | None:
     return cast(Callable[[bytes], U], partial(parse_strict, unit_type))
 
 
+def _finished_generator(stream: object) -> bool:
+    """An async generator that returned or raised: its frame is gone and `aclose` is a no-op."""
+    return isinstance(stream, AsyncGeneratorType) and stream.ag_frame is None
+
+
 async def close_feed(stream: object) -> Exception | None:
     """Close a provider's stream even while cancelled, but never wait on it forever.
 
     Returns the error its cleanup raised: it fails the partition like any provider error.
     """
     aclose = getattr(stream, "aclose", None)
-    if aclose is None:
-        return None
+    if aclose is None or _finished_generator(stream):
+        return None  # (a generator that ran to its end has closed itself: no scopes needed)
     with anyio.CancelScope(shield=True), anyio.move_on_after(PROVIDER_CLOSE_TIMEOUT):
         try:
             await aclose()
