@@ -63,10 +63,19 @@ class WorkerHealth:
             self.down.pop(url, None)
             reachable[url] = True
 
-        async with anyio.create_task_group() as tg:
-            for url in dict.fromkeys(urls):
-                since = self.down.get(url)
-                if since is None or now - since[0] >= self.recheck_after:
+        due = [
+            url
+            for url in dict.fromkeys(urls)
+            if url not in self.down or now - self.down[url][0] >= self.recheck_after
+        ]
+        for url in due:
+            if self.channels.is_open(url):  # connected and checked: nothing to wait for
+                self.down.pop(url, None)
+                reachable[url] = True
+        connecting = [url for url in due if url not in reachable]
+        if connecting:
+            async with anyio.create_task_group() as tg:
+                for url in connecting:
                     tg.start_soon(check, url)
         if wrong:
             raise wrong[0]

@@ -83,6 +83,10 @@ class ChannelResolver:
         grant: the window the worker reported, 0 for a worker not (yet) checked."""
         return self._feed_windows.get(url, 0)
 
+    def is_open(self, url: str) -> bool:
+        """Whether `url` has a channel already (version-checked): `channel` returns it at once."""
+        return url in self._clients
+
     @property
     def urls(self) -> list[str]:
         """Workers with an open channel."""
