@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -231,6 +232,44 @@ async def test_a_build_side_aggregated_to_one_row_is_broadcast(tmp_path: Path) -
     assert got == expected
     assert "NetworkShuffle(" not in text
     assert "NetworkBroadcast(" in text
+
+
+async def test_a_subtree_on_both_sides_of_a_shuffled_join_is_planned_once_per_side(
+    tmp_path: Path,
+) -> None:
+    """One builder used twice (TPC-H Q18's lineitem: aggregated on one side, joined on the
+    other) makes a plan that is a DAG. Each use gets stages of its own, so the table is read
+    twice, and neither side's shuffle waits for the other's reader: one shuffle read by both
+    sides would have to buffer the side the join reads last without bound (the deadlock the
+    reference system met under bounded queues). Under one-batch buffers it finishes, with
+    the answer of one process."""
+    data = write_table(tmp_path, "t", [k % 50 for k in range(2000)], files=4)
+    shared = scan(data)
+
+    def built() -> ExecutionPlan:
+        big = shared.aggregate(["t_key"], [agg("sum", col("t_row"), name="total")]).filter(
+            call("greater", col("total"), lit(40_000))
+        )
+        joined = big.join(shared, [("t_key", "t_key")], "right semi", strategy="shuffle")
+        return joined.aggregate([], [agg("count", name="n")]).plan
+
+    expected = rows(await one_process(built()))
+    (count,) = expected[0]
+    assert isinstance(count, int)
+    assert 0 < count < 2000  # (some keys pass the filter, not all)
+    config = WorkerConfig(parquet_roots=(os.fspath(tmp_path),), consumer_buffer_batches=1)
+    async with start_cluster(
+        2, config=config, shuffle_bytes_per_task=1, broadcast_threshold_bytes=0
+    ) as (coordinator, _):
+        text = await coordinator.explain(built())
+        with anyio.fail_after(60):
+            got = rows(await coordinator.collect(built()))
+    assert got == expected
+    assert text.count("ParquetScan(") == 2  # the table, read by each use
+    join = next(line for line in text.splitlines() if "HashJoin(right semi" in line)
+    assert "partitioned" in join
+    sides = text.split(join)[1].splitlines()[1:3]
+    assert all("NetworkShuffle" in side for side in sides), sides
 
 
 async def test_a_worker_reads_only_from_its_listed_peers(tmp_path: Path) -> None:
