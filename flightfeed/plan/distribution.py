@@ -106,7 +106,10 @@ def enforce_distribution(
 
     With `hash_exchange` (the distributed planner's), an input that must be hash-partitioned
     gets that exchange instead of a Coalesce (a Repartition, which the planner turns into a
-    NetworkShuffle), into as many partitions as it has (the most of co-partitioned inputs)."""
+    NetworkShuffle), into as many partitions as it has (the most of co-partitioned inputs).
+    Co-partitioned inputs (a partitioned join's) already split on their keys keep their split,
+    and the others are exchanged into its width: no second shuffle of a final aggregate's
+    groups on their way into a join on the same keys."""
     node = unwrap(plan)
     originals = [unwrap(child) for child in node.children]
     children = [enforce_distribution(child, hash_exchange=hash_exchange) for child in originals]
@@ -116,7 +119,11 @@ def enforce_distribution(
         isinstance(need, HashPartitioned) and need.co_partitioned and child.output_partitions > 1
         for child, need in zip(children, required, strict=True)
     ]
-    if any(u and c for u, c in zip(unmet, co_partitioned, strict=True)):
+    # Co-partitioned inputs that already meet their keys keep their partitioning (a final
+    # aggregate's shuffle also serves the join above it) and the others are exchanged into
+    # its width; in one process (no hash exchange), every co-partitioned input is coalesced.
+    kept_width = _kept_width(children, unmet, co_partitioned) if hash_exchange else None
+    if kept_width is None and any(u and c for u, c in zip(unmet, co_partitioned, strict=True)):
         unmet = [u or c for u, c in zip(unmet, co_partitioned, strict=True)]
     changed = any(new is not old for new, old in zip(children, originals, strict=True))
     if unmet == [True]:
@@ -124,13 +131,43 @@ def enforce_distribution(
         if rebuilt is not None:
             return _hashed_inputs(rebuilt, hash_exchange) if hash_exchange else rebuilt
     width = max((c.output_partitions for c, u in zip(children, unmet, strict=True) if u), default=1)
-    fixed: Sequence[ExecutionPlan] = [
-        _exchange(child, need, width, hash_exchange) if coalesce else child
-        for child, need, coalesce in zip(children, required, unmet, strict=True)
-    ]
+    fixed = _exchanged(children, required, unmet, kept_width or width, hash_exchange)
+    widths = {c.output_partitions for c, co in zip(fixed, co_partitioned, strict=True) if co}
+    if kept_width is not None and len(widths) > 1:  # an exchange fell back to a Coalesce
+        unmet = [u or c for u, c in zip(unmet, co_partitioned, strict=True)]
+        width = max(c.output_partitions for c, u in zip(children, unmet, strict=True) if u)
+        fixed = _exchanged(children, required, unmet, width, hash_exchange)
     if any(new is not old for new, old in zip(fixed, originals, strict=True)):
         return node.with_children(fixed)
     return plan
+
+
+def _kept_width(
+    children: Sequence[ExecutionPlan], unmet: Sequence[bool], co_partitioned: Sequence[bool]
+) -> int | None:
+    """The width of the co-partitioned inputs that meet their keys already, when some do and
+    others do not, and they agree on it; else None."""
+    kept = {
+        child.output_partitions
+        for child, u, c in zip(children, unmet, co_partitioned, strict=True)
+        if c and not u
+    }
+    moving = any(u and c for u, c in zip(unmet, co_partitioned, strict=True))
+    return kept.pop() if moving and len(kept) == 1 else None
+
+
+def _exchanged(
+    children: Sequence[ExecutionPlan],
+    required: Sequence[Distribution | None],
+    unmet: Sequence[bool],
+    width: int,
+    hash_exchange: HashExchange | None,
+) -> list[ExecutionPlan]:
+    """`children` with each unmet one given its exchange into `width` partitions."""
+    return [
+        _exchange(child, need, width, hash_exchange) if move else child
+        for child, need, move in zip(children, required, unmet, strict=True)
+    ]
 
 
 def _exchange(

@@ -45,7 +45,7 @@ from ..base import (
     expect_children,
 )
 from ..codec import DecodeContext, decode_enum, parse_payload
-from ..distribution import Distribution, HashPartitioned, SinglePartition
+from ..distribution import Distribution, HashPartitioned, SinglePartition, output_hash_keys
 from ..expr import Column, Expr, calls_udf, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto, named_from_proto, named_to_proto
 from ..functions import BUILTINS, FunctionRegistry
@@ -195,6 +195,24 @@ class HashAggregate(UnaryNode):
         if self.mode is AggregateMode.FINAL:
             return [HashPartitioned(tuple(Column(name) for name in self._keys))]
         return [HashPartitioned(tuple(expr for expr, _ in self.group_by))]
+
+    def output_hash_keys(self) -> tuple[Expr, ...] | None:
+        """Groups stay in the partition their rows came in: an input hash-partitioned on some
+        of the group keys leaves the output hash-partitioned on those keys' columns (the same
+        values, so the same hashes)."""
+        below = output_hash_keys(self.child)
+        if not below or not self.group_by:
+            return None
+        if self.mode is AggregateMode.FINAL:  # its keys are the PARTIAL's columns, by name
+            computed: list[Expr] = [Column(name) for name in self._keys]
+        else:
+            computed = [expr for expr, _ in self.group_by]
+        out: list[Expr] = []
+        for key in below:
+            if key not in computed:
+                return None
+            out.append(Column(self._keys[computed.index(key)]))
+        return tuple(out)
 
     def around_exchange(
         self, exchange: Callable[[ExecutionPlan], ExecutionPlan]

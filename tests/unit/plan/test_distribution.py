@@ -31,6 +31,7 @@ from flightfeed.plan.distribution import (
     HashPartitioned,
     SinglePartition,
     enforce_distribution,
+    output_hash_keys,
     required_input_distribution,
     satisfies,
 )
@@ -211,3 +212,89 @@ def test_an_enforced_aggregate_answers_as_over_one_partition(
     got = anyio.run(run, enforce_distribution(build(split)))
     whole = MemoryScan.from_table(table, 1, batch_rows=batch_rows)
     assert sorted_rows(got) == sorted_rows(reference(build(whole)))
+
+
+def exchange_by_hash(child: ExecutionPlan, need: HashPartitioned, width: int) -> ExecutionPlan:
+    """The distributed planner's kind of exchange: a hash Repartition into `width`."""
+    return Repartition(child, Partitioning(need.keys, width))
+
+
+def no_exchange(child: ExecutionPlan, need: HashPartitioned, width: int) -> None:
+    """An exchange that cannot be made: a Coalesce stands in."""
+    return None
+
+
+def test_an_aggregate_keeps_its_inputs_hash_keys_as_its_own_columns() -> None:
+    assert output_hash_keys(by_k(hashed(scan(2), "k"))) == (col("k"),)
+    partial = by_k(hashed(scan(2), "k"), AggregateMode.PARTIAL)
+    assert output_hash_keys(by_k(partial, AggregateMode.FINAL)) == (col("k"),)
+    renamed = HashAggregate(hashed(scan(2), "k"), [(col("k"), "key")], AGGS)
+    assert output_hash_keys(renamed) == (col("key"),)
+    assert output_hash_keys(by_k(hashed(scan(2), "n"))) is None  # split on a non-key
+    assert output_hash_keys(HashAggregate(hashed(scan(2), "k"), [], AGGS)) is None
+    assert output_hash_keys(by_k(scan(2))) is None
+
+
+def test_a_side_split_on_its_keys_keeps_its_split_and_the_other_side_is_exchanged() -> None:
+    """A final aggregate's shuffle serves the join above it: only the other side moves."""
+    left = hashed(scan(2, LEFT), "lk", 4)
+    plan = partitioned_join(left, scan(4, RIGHT))
+    fixed = enforce_distribution(plan, hash_exchange=exchange_by_hash)
+    assert unwrap(fixed.children[0]) is left
+    moved = unwrap(fixed.children[1])
+    assert isinstance(moved, Repartition)
+    assert moved.partitioning.hash_keys == (col("rk"),)
+    assert moved.partitioning.partition_count == 4
+    assert sorted_rows(anyio.run(run, fixed)) == joined_reference()
+    # In one process (no hash exchange) both sides are coalesced, as before.
+    alone = enforce_distribution(plan)
+    assert kinds(alone)[:2] == ["HashJoin", "Coalesce"]
+    assert sorted_rows(anyio.run(run, alone)) == joined_reference()
+
+
+def test_an_exchange_that_cannot_be_made_coalesces_every_side() -> None:
+    plan = partitioned_join(hashed(scan(2, LEFT), "lk", 4), scan(4, RIGHT))
+    fixed = enforce_distribution(plan, hash_exchange=no_exchange)
+    assert kinds(fixed)[:2] == ["HashJoin", "Coalesce"]
+    assert {unwrap(side).output_partitions for side in fixed.children} == {1}
+    assert sorted_rows(anyio.run(run, fixed)) == joined_reference()
+
+
+SIDES = st.sampled_from(["scan", "hashed", "aggregated"])
+
+
+def side(kind: str, table: pa.Table, key: str, below: int, partitions: int) -> ExecutionPlan:
+    """One join input of `partitions` partitions: as read, split on its key, or grouped by
+    its key over such a split (the payload summed); a split reads `below` partitions."""
+    if kind == "scan":
+        return scan(partitions, table)
+    split = hashed(scan(below, table), key, partitions)
+    if kind == "hashed":
+        return split
+    payload = "a" if key == "lk" else "b"
+    return HashAggregate(split, [(col(key), key)], [agg("sum", col(payload), name=payload)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    left_kind=SIDES,
+    right_kind=SIDES,
+    below=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    partitions=st.integers(1, 5),
+    exchange=st.sampled_from([exchange_by_hash, no_exchange, None]),
+)
+def test_an_enforced_partitioned_join_answers_as_over_one_partition(
+    left_kind: str,
+    right_kind: str,
+    below: tuple[int, int],
+    partitions: int,
+    exchange: object,
+) -> None:
+    def build(splits: tuple[int, int], width: int) -> ExecutionPlan:
+        left = side(left_kind, LEFT, "lk", splits[0], width)
+        right = side(right_kind, RIGHT, "rk", splits[1], width)
+        return partitioned_join(left, right)
+
+    fixed = enforce_distribution(build(below, partitions), hash_exchange=exchange)  # type: ignore[arg-type]
+    expected = sorted_rows(reference(build((1, 1), 1)))
+    assert sorted_rows(anyio.run(run, fixed)) == expected
