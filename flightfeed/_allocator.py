@@ -4,8 +4,9 @@ pyarrow's default memory pool is mimalloc, which hands freed pages back to the k
 a short delay. A worker streaming batches frees and allocates the same few hundred megabytes
 over and over, so every batch came back as fresh pages the kernel had to fault in and zero:
 in a Parquet group-by that was 17% of a worker's CPU (`clear_page_erms`), 4,000-5,000 page
-faults per query per worker. Keeping freed pages for PURGE_DELAY_MS brings that to ~100 and
-the worker's CPU down by about 15%.
+faults per query per worker. Keeping freed pages for PURGE_DELAY_MS brings the faults to a
+few hundred at most, the zeroing to 8% (memory mimalloc has not handed out before) and the
+worker's CPU down by about 15% (benchmarks/distributed_aggregate.py).
 
 Memory still goes back: workers and coordinators force the purge after a second of quiet
 (`flight.idle_release`, `release_free_memory`), and any other process gets its pages purged

@@ -73,13 +73,9 @@ def estimate(plan: ExecutionPlan) -> Estimate | None:
         return None
     if node.name in PASSING_KINDS:
         return below
-    if node.name in ("Limit", "Sort"):
+    if node.name in ("Limit", "Sort"):  # fetch None: every row
         fetch = getattr(node, "fetch", None)
-        if node.name == "Sort" and fetch is None:
-            return below
-        if not isinstance(fetch, int):
-            return below
-        return below.keeping(fetch * node.output_partitions)
+        return below.keeping(fetch * node.output_partitions) if isinstance(fetch, int) else below
     if node.name == "HashAggregate":
         return _aggregate(node, below)
     return None
@@ -110,7 +106,7 @@ def _aggregate(node: ExecutionPlan, below: Estimate) -> Estimate:
     if rows is None:
         return below
     if width is None:  # a string key or value: no better bound than the input's bytes
-        return Estimate(below.bytes, min(rows, below.rows) if below.rows is not None else rows)
+        return Estimate(below.bytes, rows)
     if not keys:
         return Estimate(rows * width, rows)
     return Estimate(min(below.bytes, rows * width), rows)

@@ -103,6 +103,15 @@ def test_a_variable_width_aggregate_is_bounded_by_its_input_bytes_only() -> None
     assert estimate(by_string) == Estimate(scan.embedded_bytes, 600)
 
 
+@pytest.mark.anyio
+async def test_a_global_aggregate_of_no_rows_is_still_a_row() -> None:
+    empty = MemoryScan.from_table(sample_table(0))
+    lowest = HashAggregate(Coalesce(empty), [], [agg("min", col("g"), name="g")])
+    found = estimate(lowest)
+    assert found == Estimate(empty.embedded_bytes, 1)
+    assert (await run(lowest)).num_rows == 1
+
+
 def test_unknown_leaves_stay_unknown_and_rows_unknown_pass_bytes_on() -> None:
     scan = MemoryScan.from_table(sample_table(100))
     other = MemoryScan.from_table(pa.table({"key": pa.array([1, 2], pa.int32())}))
