@@ -5,8 +5,11 @@ A leaf says what it holds: `estimated_bytes` and `estimated_rows` (a ParquetScan
 files' footers) or `embedded_bytes` and `embedded_rows` (a MemoryScan's own batches). Above
 the leaves, each node kind bounds its output from its input's:
 
-- a filter, a projection, a coalesce or a repartition passes rows on or keeps fewer of them:
-  taken at its input's size (a projection that computes wider columns is underestimated);
+- a filter, a coalesce or a repartition passes rows on or keeps fewer of them: taken at its
+  input's size;
+- a projection keeps its input's rows, each as wide as its own fixed-width columns and their
+  validity (with a variable-width column: its input's size, an underestimate if it computes
+  wider strings);
 - a limit, or a sort with a fetch (top-k), keeps at most `fetch` rows per partition;
 - an aggregate keeps at most one row per group, and its rows are its own schema's: keys and
   aggregate values, not its input's columns. Without keys that is one row per partition,
@@ -30,7 +33,7 @@ import pyarrow as pa
 from .base import ExecutionPlan
 from .metrics import unwrap
 
-PASSING_KINDS: Final = frozenset({"Filter", "Projection", "Coalesce", "Repartition"})
+PASSING_KINDS: Final = frozenset({"Filter", "Coalesce", "Repartition"})
 """Nodes whose output is taken at their input's size."""
 
 _VALIDITY_BYTES: Final = 1
@@ -73,6 +76,11 @@ def estimate(plan: ExecutionPlan) -> Estimate | None:
         return None
     if node.name in PASSING_KINDS:
         return below
+    if node.name == "Projection":  # as many rows, each as wide as its own columns if known
+        width = _fixed_row_width(node.schema)
+        if width is None or below.rows is None:
+            return below
+        return Estimate(below.rows * width, below.rows)
     if node.name in ("Limit", "Sort"):  # fetch None: every row
         fetch = getattr(node, "fetch", None)
         return below.keeping(fetch * node.output_partitions) if isinstance(fetch, int) else below

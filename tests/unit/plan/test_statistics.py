@@ -22,6 +22,7 @@ from flightfeed.plan import (
     Limit,
     MemoryScan,
     ParquetScan,
+    Projection,
     Sort,
     SortKey,
     Union,
@@ -44,6 +45,16 @@ def test_memory_scans_pass_through_filters_and_sum_in_unions() -> None:
     assert estimate(scan) == Estimate(size, 500)
     assert estimate(Filter(scan, call("greater", col("n"), lit(3)))) == Estimate(size, 500)
     assert estimate(Union([scan, scan])) == Estimate(2 * size, 1000)
+
+
+def test_a_projection_is_as_wide_as_its_own_columns() -> None:
+    wide = pa.table({f"c{i}": pa.array(range(1000), pa.int64()) for i in range(8)})
+    scan = MemoryScan.from_table(wide, 2)
+    narrow = Projection(scan, [col("c0"), call("add", col("c1"), lit(1))], ["c0", "next"])
+    assert estimate(narrow) == Estimate(1000 * 2 * 9, 1000)
+    mixed = MemoryScan.from_table(sample_table(300), 3)
+    with_text = Projection(mixed, [col("g"), col("n")], ["g", "n"])
+    assert estimate(with_text) == Estimate(mixed.embedded_bytes, 300)
 
 
 def test_a_join_is_unknown() -> None:
@@ -125,7 +136,7 @@ def test_unknown_leaves_stay_unknown_and_rows_unknown_pass_bytes_on() -> None:
 
 # Plans of row-bounding nodes over a random table; each node is added with its input.
 STEPS = st.lists(
-    st.sampled_from(["filter", "limit", "top", "coalesce", "keyed", "global", "union"]),
+    st.sampled_from(["filter", "limit", "top", "coalesce", "project", "keyed", "global", "union"]),
     max_size=4,
 )
 
@@ -140,6 +151,8 @@ def build(plan: ExecutionPlan, step: str, fetch: int) -> ExecutionPlan:
         return Sort(plan, [SortKey(col(columns[0]), descending=True)], fetch=fetch)
     if step == "coalesce":
         return Coalesce(plan)
+    if step == "project":
+        return Projection(plan, [col(columns[0])], [columns[0]])
     if step == "keyed":
         return HashAggregate(plan, [(col(columns[0]), "key")], [agg("count", name="n")])
     if step == "global":
@@ -173,7 +186,7 @@ async def test_estimated_rows_bound_what_the_plan_returns(
     assert found.rows is not None
     got = await run(plan)
     assert got.num_rows <= found.rows
-    if plan.name == "HashAggregate":  # the bytes of a fixed-width row, validity included
+    if plan.name in ("HashAggregate", "Projection"):  # fixed-width rows, validity included
         width = sum(field.type.bit_width // 8 + 1 for field in plan.schema)
         assert got.nbytes <= found.rows * width
         if not getattr(plan, "group_by", ()):
