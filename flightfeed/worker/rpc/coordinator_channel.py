@@ -264,11 +264,12 @@ async def _forward_credits(send: Send, inbox: FeedInbox) -> None:
 
 def report(task: Task, inbox: FeedInbox | None) -> EncodedTaskMetrics:
     """The finished task's metrics: its plan nodes', its own and its feeds' (wire-ready)."""
-    task_metrics = task.task_metrics()
+    feed_metrics = b""
     if inbox is not None:
         inbox.close()
-        task_metrics.metrics.extend(inbox.to_metrics())
-    return EncodedTaskMetrics(encode_task_metrics(task.metrics.pre_order(), task_metrics))
+        feed_metrics = inbox.encoded_metrics()
+    encoded = encode_task_metrics(task.metrics.pre_order(), task.task_metrics(), feed_metrics)
+    return EncodedTaskMetrics(encoded)
 
 
 def _outcome(task: Task) -> str:
