@@ -65,11 +65,6 @@ def encode_metric(
     return _len_bytes(_METRICS, bytes(metric))
 
 
-def named_value(name: str, value: int) -> bytes:
-    """A {string name = 1; uint64 value = 2} message (NamedCount, NamedGauge, NamedTime)."""
-    return _named_count(name, value)
-
-
 def named_bytes(name: str, field_tag: bytes, data: bytes) -> bytes:
     """A {string name = 1; bytes ... } message, e.g. PercentileLatency's sketch_bytes."""
     return _string(b"\x0a", name) + (_len_bytes(field_tag, data) if data else b"")
@@ -86,7 +81,7 @@ def encode_node_metrics(metrics: NodeMetrics) -> bytes:
     for index in sorted(metrics.partitions):
         _append_partition(out, encode_varint(index), metrics.partitions[index])
     for name, value in sorted(metrics.counts.items()):
-        _append_len(out, _METRICS, _len_bytes(_COUNT, _named_count(name, value)))
+        _append_len(out, _METRICS, _len_bytes(_COUNT, named_value(name, value)))
     return bytes(out)
 
 
@@ -118,7 +113,8 @@ def _string(key: bytes, text: str) -> bytes:
     return _len_bytes(key, text.encode()) if text else b""
 
 
-def _named_count(name: str, value: int) -> bytes:
+def named_value(name: str, value: int) -> bytes:
+    """A {string name = 1; uint64 value = 2} message (NamedCount, NamedGauge, NamedTime)."""
     body = _string(b"\x0a", name)
     if value:
         body += _NAMED_VALUE + encode_varint(value)
