@@ -24,6 +24,7 @@ from ..errors import (
     ResourceExhausted,
     UnknownUdfError,
 )
+from ..protoencode import encode_message
 from .base import ExecutionPlan
 from .functions import PlanSession
 from .metrics import unwrap
@@ -134,7 +135,7 @@ def _builtin_registry() -> CodecRegistry:
 
 def encode_plan(plan: ExecutionPlan, registry: CodecRegistry) -> bytes:
     """The plan as flightfeed.v1.PlanNode bytes; InvalidArgument for a kind with no codec."""
-    return bytes(_encode(plan, registry))
+    return encode_message(_encode(plan, registry))
 
 
 def _encode(plan: ExecutionPlan, registry: CodecRegistry) -> PlanNode:

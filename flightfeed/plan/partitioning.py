@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .._generated.flightfeed.v1 import Partitioning as PartitioningProto
 from ..errors import InvalidArgument, PlanDecodeError
+from ..protoencode import encode_message
 from .expr import Expr
 from .expr_proto import expr_from_proto, expr_to_proto
 from .protobuf import parse_message
@@ -54,7 +55,7 @@ class Partitioning:
 
 
 def encode_partitioning(partitioning: Partitioning) -> bytes:
-    return bytes(partitioning.to_proto())
+    return encode_message(partitioning.to_proto())
 
 
 def decode_partitioning(data: bytes) -> Partitioning:

@@ -17,6 +17,7 @@ from .._generated.flightfeed.v1 import (
 )
 from ..errors import InvalidArgument
 from ..messages import parse_strict
+from ..protoencode import encode_message
 
 Head: TypeAlias = Literal["none", "broadcast"] | RepartitionExecHead
 
@@ -51,7 +52,7 @@ def execute_task_ticket(
     task_key: TaskKey, start: int, end: int, *, head: Head = "none", outputs: int = 1
 ) -> bytes:
     """The DoGet ticket that runs partitions [start, end) of a task (see execute_task_request)."""
-    return bytes(execute_task_request(task_key, start, end, head=head, outputs=outputs))
+    return encode_message(execute_task_request(task_key, start, end, head=head, outputs=outputs))
 
 
 def parse_ticket(ticket: bytes) -> ExecuteTaskRequest:

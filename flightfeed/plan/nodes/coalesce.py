@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import CoalesceNode
 from ...errors import InvalidArgument
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..merge import merge
@@ -44,7 +45,7 @@ class CoalesceCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, Coalesce):
             raise InvalidArgument(f"CoalesceCodec cannot encode {node.name}")
-        return bytes(CoalesceNode())
+        return encode_message(CoalesceNode())
 
     def decode(
         self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import FilterNode
 from ...errors import InvalidArgument
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..distribution import output_hash_keys
@@ -67,7 +68,7 @@ class FilterCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, Filter):
             raise InvalidArgument(f"FilterCodec cannot encode {node.name}")
-        return bytes(FilterNode(predicate=expr_to_proto(node.predicate)))
+        return encode_message(FilterNode(predicate=expr_to_proto(node.predicate)))
 
     def decode(
         self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /

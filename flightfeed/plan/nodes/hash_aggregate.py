@@ -29,6 +29,7 @@ from ..._generated.flightfeed.v1 import AggregateExpr as AggregateExprProto
 from ..._generated.flightfeed.v1 import AggregateMode as AggregateModeProto
 from ..._generated.flightfeed.v1 import HashAggregateNode
 from ...errors import InvalidArgument, PlanDecodeError
+from ...protoencode import encode_message
 from ..aggregate import (
     AggregateExpr,
     BuiltinAggregate,
@@ -435,7 +436,7 @@ class HashAggregateCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, HashAggregate):
             raise InvalidArgument(f"HashAggregateCodec cannot encode {node.name}")
-        return bytes(
+        return encode_message(
             HashAggregateNode(
                 mode=_MODES[node.mode],
                 group_by=[named_to_proto(e, n) for e, n in node.group_by],

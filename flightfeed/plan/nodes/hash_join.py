@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..._generated.flightfeed.v1 import HashJoinNode
 from ..._generated.flightfeed.v1 import JoinType as JoinTypeProto
 from ...errors import InvalidArgument, PlanDecodeError
+from ...protoencode import encode_message
 from ..base import (
     ExecutionPlan,
     PlanNodeBase,
@@ -195,7 +196,7 @@ class HashJoinCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, HashJoin):
             raise InvalidArgument(f"HashJoinCodec cannot encode {node.name}")
-        return bytes(
+        return encode_message(
             HashJoinNode(
                 left_keys=[lk for lk, _ in node.on],
                 right_keys=[rk for _, rk in node.on],

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import IsolatedUnionNode
 from ...errors import ExecutionError, InvalidArgument
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing
 from ..codec import DecodeContext, parse_payload
 from ..stage_input import MAX_STAGE_TASKS
@@ -120,7 +121,7 @@ class IsolatedUnionCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, IsolatedUnion):
             raise InvalidArgument(f"IsolatedUnionCodec cannot encode {node.name}")
-        return bytes(
+        return encode_message(
             IsolatedUnionNode(
                 first_task=[s.first for s in node.spans],
                 task_count=[s.count for s in node.spans],

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import LimitNode
 from ...errors import InvalidArgument
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..distribution import output_hash_keys
@@ -61,7 +62,7 @@ class LimitCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, Limit):
             raise InvalidArgument(f"LimitCodec cannot encode {node.name}")
-        return bytes(LimitNode(skip=node.skip, fetch=node.fetch))
+        return encode_message(LimitNode(skip=node.skip, fetch=node.fetch))
 
     def decode(
         self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /

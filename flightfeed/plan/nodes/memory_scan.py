@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import MemoryScanNode
 from ...errors import InvalidArgument, PlanDecodeError
+from ...protoencode import encode_message
 from ..arrow_ipc import read_ipc_schema, read_ipc_stream, write_ipc_stream
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, expect_children
 from ..codec import DecodeBudget, DecodeContext, parse_payload
@@ -82,7 +83,7 @@ class MemoryScanCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, MemoryScan):
             raise InvalidArgument(f"MemoryScanCodec cannot encode {node.name}")
-        return bytes(
+        return encode_message(
             MemoryScanNode(
                 schema=node.schema.serialize().to_pybytes(),
                 partitions=[write_ipc_stream(node.schema, p) for p in node.partitions],

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import NetworkBroadcastNode
 from ...errors import InvalidArgument
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..stage_input import (
@@ -74,7 +75,7 @@ class NetworkBroadcastCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, NetworkBroadcast):
             raise InvalidArgument(f"NetworkBroadcastCodec cannot encode {node.name}")
-        return bytes(
+        return encode_message(
             NetworkBroadcastNode(input=node.source.to_proto(), consumer_tasks=node.consumer_tasks)
         )
 

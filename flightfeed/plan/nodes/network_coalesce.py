@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import NetworkCoalesceNode
 from ...errors import InvalidArgument
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..stage_input import OwnPartitions, StageInput, read_every_task, stage_reader
@@ -59,7 +60,7 @@ class NetworkCoalesceCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, NetworkCoalesce):
             raise InvalidArgument(f"NetworkCoalesceCodec cannot encode {node.name}")
-        return bytes(NetworkCoalesceNode(input=node.source.to_proto()))
+        return encode_message(NetworkCoalesceNode(input=node.source.to_proto()))
 
     def decode(
         self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import NetworkShuffleNode
 from ...errors import InvalidArgument, PlanDecodeError
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr import Expr
@@ -82,7 +83,7 @@ class NetworkShuffleCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, NetworkShuffle):
             raise InvalidArgument(f"NetworkShuffleCodec cannot encode {node.name}")
-        return bytes(
+        return encode_message(
             NetworkShuffleNode(
                 input=node.source.to_proto(),
                 partitioning=node.partitioning.to_proto(),

@@ -24,6 +24,7 @@ import pyarrow.fs as fs
 
 from ..._generated.flightfeed.v1 import ParquetRowGroups, ParquetScanNode, ParquetScanPartition
 from ...errors import InvalidArgument, PlanDecodeError
+from ...protoencode import encode_message
 from ..arrow_ipc import read_ipc_schema
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, expect_children
 from ..codec import DecodeContext, parse_payload
@@ -250,7 +251,7 @@ class ParquetScanCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, ParquetScan):
             raise InvalidArgument(f"ParquetScanCodec cannot encode {node.name}")
-        return bytes(
+        return encode_message(
             ParquetScanNode(
                 schema=node.schema.serialize().to_pybytes(),
                 partitions=[

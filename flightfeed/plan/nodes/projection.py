@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import ProjectionNode
 from ...errors import InvalidArgument
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr import Expr, calls_udf, evaluate, output_type
@@ -82,7 +83,7 @@ class ProjectionCodec:
         if not isinstance(node, Projection):
             raise InvalidArgument(f"ProjectionCodec cannot encode {node.name}")
         exprs = [named_to_proto(e, n) for e, n in zip(node.exprs, node.names, strict=True)]
-        return bytes(ProjectionNode(exprs=exprs))
+        return encode_message(ProjectionNode(exprs=exprs))
 
     def decode(
         self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /

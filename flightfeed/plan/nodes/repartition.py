@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import RepartitionNode
 from ...errors import InvalidArgument
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, TaskContext, UnaryNode, closing, expect_children
 from ..codec import DecodeContext, parse_payload
 from ..expr import Expr, output_type
@@ -94,7 +95,7 @@ class RepartitionCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, Repartition):
             raise InvalidArgument(f"RepartitionCodec cannot encode {node.name}")
-        return bytes(RepartitionNode(partitioning=node.partitioning.to_proto()))
+        return encode_message(RepartitionNode(partitioning=node.partitioning.to_proto()))
 
     def decode(
         self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from ..._generated.flightfeed.v1 import SortKey as SortKeyProto
 from ..._generated.flightfeed.v1 import SortNode
 from ...errors import InvalidArgument
+from ...protoencode import encode_message
 from ..base import (
     ExecutionPlan,
     TaskContext,
@@ -151,7 +152,7 @@ class SortCodec:
             )
             for k in node.keys
         ]
-        return bytes(SortNode(keys=keys, fetch=node.fetch))
+        return encode_message(SortNode(keys=keys, fetch=node.fetch))
 
     def decode(
         self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import TableScanNode
 from ...errors import InvalidArgument, PlanDecodeError
+from ...protoencode import encode_message
 from ..arrow_ipc import read_ipc_schema
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing, expect_children
 from ..codec import DecodeContext, parse_payload
@@ -94,7 +95,7 @@ class TableScanCodec:
             raise InvalidArgument(f"TableScanCodec cannot encode {node.name}")
         spec = node.spec
         start, end = spec.time_range if spec.time_range is not None else (None, None)
-        return bytes(
+        return encode_message(
             TableScanNode(
                 catalog=spec.catalog,
                 schema_name=spec.schema,

@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from ..._generated.flightfeed.v1 import UnionNode
 from ...errors import InvalidArgument
+from ...protoencode import encode_message
 from ..base import ExecutionPlan, PlanNodeBase, TaskContext, closing
 from ..codec import DecodeContext, parse_payload
 
@@ -55,7 +56,7 @@ class UnionCodec:
     def encode(self, node: ExecutionPlan, /) -> bytes:
         if not isinstance(node, Union):
             raise InvalidArgument(f"UnionCodec cannot encode {node.name}")
-        return bytes(UnionNode())
+        return encode_message(UnionNode())
 
     def decode(
         self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
