@@ -28,7 +28,6 @@ from ..coordinator import Catalog, TaskEstimation
 from ..errors import InvalidArgument, PlanDecodeError
 from ..feeds import FeedRegistry, WorkUnitFeed
 from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
-from ..protoencode import encode_message
 from ..session import Session, SessionStateBuilder, WorkerQueryContext
 
 Chunk: TypeAlias = OutputRows
@@ -144,7 +143,7 @@ class RemoteScanCodec:
         if not isinstance(node, RemoteScan):
             raise InvalidArgument(f"RemoteScanCodec cannot encode {node.name}")
         head = struct.pack("<III", node.partitions, node.total_partitions, node.task_count)
-        return head + encode_message(node.feed.to_proto())
+        return head + bytes(node.feed.to_proto())
 
     def decode(
         self, kind: str, payload: bytes, children: Sequence[ExecutionPlan], ctx: DecodeContext, /
