@@ -64,6 +64,10 @@ CHUNK_ROWS = 65536
 that spares Acero many small chunks); larger ones are reduced as chunks, never copied."""
 COALESCE_BYTES = 16 * 1024 * 1024
 """...or input bytes, whichever comes first: wide rows reach it long before COALESCE_ROWS."""
+MERGE_COMBINE_BYTES = 1 << 20
+"""States in several chunks are merged as one chunk when they hold at most this (a bounded
+copy): Acero pays per chunk, and a final aggregate over 8 one-row partial states took 164 us
+in 8 chunks, 107 us in one."""
 
 
 Inferred = tuple[pa.Schema, bool]
@@ -369,6 +373,12 @@ class HashAggregate(UnaryNode):
         return group_aggregate(pa.table(columns), self._keys, ops, infer=infer)
 
     def _merge(self, states: pa.Table, *, infer: bool = False) -> pa.Table:
+        if (
+            states.num_columns
+            and states.column(0).num_chunks > 1
+            and states.get_total_buffer_size() <= MERGE_COMBINE_BYTES
+        ):
+            states = states.combine_chunks()
         ops: list[Op] = []
         for resolved, names in zip(self._resolved, self._states, strict=True):
             ops += _merge_ops(resolved, names)
