@@ -64,7 +64,7 @@ def group_aggregate(
         if not isinstance(op, BuiltinOp):
             continue
         if op.source is None:
-            if not any(name == _COUNT_ALL for *_, name in specs):
+            if _COUNT_ALL not in result_names:  # one count_all serves every count(*)
                 specs.append(([], hash_prefix + "count_all", None, _COUNT_ALL))
             result_names.append(_COUNT_ALL)
             continue
