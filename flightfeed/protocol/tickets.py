@@ -6,11 +6,13 @@ any Flight client (C++, Java, Go, Rust, pyarrow, ADBC) can read a task's output.
 
 from __future__ import annotations
 
+import time
 from typing import Literal, TypeAlias
 
 from .._generated.flightfeed.v1 import (
     BroadcastExecHead,
     ExecuteTaskRequest,
+    FlightAppMetadata,
     NoneHead,
     RepartitionExecHead,
     TaskKey,
@@ -64,3 +66,11 @@ def parse_ticket(ticket: bytes) -> ExecuteTaskRequest:
     if request.task_key is None:
         raise InvalidArgument("ticket is not a serialized ExecuteTaskRequest: no task_key")
     return request
+
+
+def batch_app_metadata(partition: int) -> bytes:
+    """The app_metadata of a batch an ExecuteTask returns: its partition, and when it was
+    sent (protoencode: betterproto2's `bytes()` costs ~10 us a batch, this ~3)."""
+    return encode_message(
+        FlightAppMetadata(partition=partition, created_timestamp_unix_nanos=time.time_ns())
+    )

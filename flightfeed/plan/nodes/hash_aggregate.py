@@ -298,7 +298,7 @@ class HashAggregate(UnaryNode):
             held.grow(size)
             finish = partial(self._finish, merged)
             out = await run_compute(ctx, size, finish, user_code=user_code)
-            held.resize(size if out is merged else out.nbytes)  # PARTIAL's finish is a no-op
+            held.resize(size if out is merged else batch_nbytes(out))  # PARTIAL's finish is a no-op
             del merged
             for batch in out.to_batches(max_chunksize=OUTPUT_BATCH_ROWS):
                 yield batch
@@ -325,10 +325,10 @@ class HashAggregate(UnaryNode):
         self, states: list[pa.Table], held: MemoryReservation, ctx: TaskContext
     ) -> pa.Table:
         """The states merged into one table; the merged copy is reserved before it is made."""
-        size = sum(state.nbytes for state in states)
+        size = sum(batch_nbytes(state) for state in states)
         held.grow(size)
         merged = await self._merge_async(states, ctx, self._runs_user_code(ctx.session))
-        held.resize(merged.nbytes)
+        held.resize(batch_nbytes(merged))
         return merged
 
     async def _merge_async(
@@ -336,7 +336,7 @@ class HashAggregate(UnaryNode):
     ) -> pa.Table:
         table = pa.concat_tables(states)
         merge = partial(self._merge, table)
-        return await run_compute(ctx, table.nbytes, merge, user_code=user_code)
+        return await run_compute(ctx, batch_nbytes(table), merge, user_code=user_code)
 
     def _to_states(
         self,

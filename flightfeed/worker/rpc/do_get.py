@@ -3,7 +3,6 @@ client runs a task), and the worker's tables."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Sequence
 
 import pyarrow as pa
@@ -14,10 +13,9 @@ from ..._generated.arrow.flight.protocol import (
     FlightDescriptor,
     FlightInfo,
 )
-from ..._generated.flightfeed.v1 import FlightAppMetadata
 from ...flight.server import CallContext, FlightHandler, PutResultWriter
 from ...flight.streams import FlightDataReader, FlightDataWriter
-from ...protocol.tickets import parse_ticket
+from ...protocol.tickets import batch_app_metadata, parse_ticket
 from ...tables.flight import ACTIONS as TABLE_ACTIONS
 from ...tables.flight import TableFlight, is_table_ticket
 from ..state import WorkerState
@@ -34,10 +32,7 @@ class FlightSink:
         await self._writer.begin(schema)
 
     async def write(self, partition: int, batch: pa.RecordBatch) -> None:
-        metadata = FlightAppMetadata(
-            partition=partition, created_timestamp_unix_nanos=time.time_ns()
-        )
-        await self._writer.write(batch, app_metadata=bytes(metadata))
+        await self._writer.write(batch, app_metadata=batch_app_metadata(partition))
 
 
 class WorkerFlightHandler(FlightHandler):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flightfeed._generated.flightfeed.v1 import FlightAppMetadata
 from flightfeed.errors import InvalidArgument
+from flightfeed.messages import parse_strict
 from flightfeed.protocol import (
     RepartitionExecHead,
     TaskKey,
@@ -14,6 +18,7 @@ from flightfeed.protocol import (
     execute_task_ticket,
     parse_ticket,
 )
+from flightfeed.protocol.tickets import batch_app_metadata
 
 KEY = TaskKey(query_id=b"\x01" * 16, stage_id=2, task_number=3, attempt=1)
 
@@ -55,3 +60,13 @@ def test_an_empty_or_negative_range_is_refused(start: int, end: int) -> None:
 def test_anything_else_is_a_clear_invalid_argument(ticket: bytes, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         parse_ticket(ticket)
+
+
+@given(partition=st.integers(0, 2**32))
+def test_batch_app_metadata_names_its_partition_and_when_it_was_sent(partition: int) -> None:
+    before = time.time_ns()
+    data = batch_app_metadata(partition)
+    metadata = parse_strict(FlightAppMetadata, data)
+    assert metadata.partition == partition
+    assert before <= metadata.created_timestamp_unix_nanos <= time.time_ns()
+    assert data == bytes(metadata)  # betterproto2's own bytes
