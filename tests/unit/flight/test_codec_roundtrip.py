@@ -31,7 +31,7 @@ from flightfeed.flight import (
     decode_flight_data,
     path_descriptor,
 )
-from flightfeed.flight.codec import EncodedMessage, encode_flight_data
+from flightfeed.flight.codec import SERIALIZE_BELOW_BYTES, EncodedMessage, encode_flight_data
 from flightfeed.flight.ipc import MessageKind, peek_message
 
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -173,6 +173,21 @@ def test_codec_roundtrip_deeply_nested(case: StreamCase) -> None:
 @given(case=stream_cases(max_fields=3, depth=1, max_batches=4))
 def test_codec_roundtrip_with_dictionary_deltas(case: StreamCase) -> None:
     case.options = pa.ipc.IpcWriteOptions(emit_dictionary_deltas=True)
+    check_codec_roundtrip(case)
+
+
+def test_small_and_large_batches_in_one_stream_keep_arrows_bytes_and_order() -> None:
+    """Small batches are serialized in one call, large ones go through the stream writer
+    (made when the first large one comes): both give Arrow's own messages, in order."""
+    schema = pa.schema([("n", pa.int64()), ("s", pa.string())])
+
+    def batch(rows: int, start: int) -> pa.RecordBatch:
+        numbers = np.arange(start, start + rows, dtype=np.int64)
+        return pa.record_batch([pa.array(numbers), pa.array(numbers.astype(str))], schema=schema)
+
+    batches = [batch(3, 0), batch(20_000, 3), batch(1, 20_003), batch(0, 0), batch(9_000, 7)]
+    assert batches[1].get_total_buffer_size() > SERIALIZE_BELOW_BYTES
+    case = StreamCase("small and large", schema, batches, [b"a", None, b"c", None, b"e"])
     check_codec_roundtrip(case)
 
 
