@@ -19,13 +19,14 @@ import pyarrow as pa
 from ..errors import InvalidArgument, ResourceExhausted
 from ..ipcwire import decoded_body_bytes
 from ..protowire import WIRE_LEN, decode_varint, len_field_header, skip_field
-from .ipc import Buffer, IpcMessageFeed, IpcMessageSplitter, MessageKind, peek_message
+from .ipc import CONTINUATION, Buffer, IpcMessageFeed, IpcMessageSplitter, MessageKind, peek_message
 
 FIELD_DESCRIPTOR = 1
 FIELD_DATA_HEADER = 2
 FIELD_APP_METADATA = 3
 FIELD_DATA_BODY = 1000
 _GRPC_PREFIX = struct.Struct(">BI")
+_I32 = struct.Struct("<i")
 DEFAULT_MAX_DECODED_SIZE = 2 * 1024 * 1024 * 1024
 """Bytes one FlightData batch may decode to: 4x the default max message size, room for a
 well-compressed 512 MiB message, and a bound on what a decompression bomb allocates."""
@@ -84,15 +85,24 @@ def _pad_header_to_align_body(header: bytes | memoryview, other_bytes: int) -> b
     raise AssertionError("unreachable: some padding in 0..7 aligns the body")
 
 
-SERIALIZE_BELOW_BYTES = 64 * 1024
-"""Batches up to this size (without dictionaries) are serialized by one C++ call, a copy;
-larger ones go through the stream writer, whose body buffers are the batch's own memory."""
+SMALL_MESSAGE_BYTES = 64 * 1024
+"""Batches up to this size (in streams without dictionaries) are written and read by one
+Arrow call each, through a copy; larger ones go through Arrow's stream writer and reader,
+whose bodies are views of the batch's own memory and of the received message."""
 
 
 def _has_dictionary(type_: pa.DataType) -> bool:
     if pa.types.is_dictionary(type_):
         return True
     return any(_has_dictionary(type_.field(i).type) for i in range(type_.num_fields))
+
+
+def _encapsulated(header: memoryview, body: memoryview) -> pa.Buffer:
+    """One encapsulated IPC message (continuation, length, padded header, body), copied into
+    one buffer: for small messages only."""
+    padding = -len(header) % 8
+    prefix = CONTINUATION + _I32.pack(len(header) + padding)
+    return pa.py_buffer(b"".join((prefix, header, bytes(padding), body)))
 
 
 class FlightDataEncoder:
@@ -134,7 +144,7 @@ class FlightDataEncoder:
             raise InvalidArgument(
                 f"batch schema differs from stream schema:\n{batch.schema}\nvs\n{self.schema}"
             )
-        if self._serializable and batch.get_total_buffer_size() <= SERIALIZE_BELOW_BYTES:
+        if self._serializable and batch.get_total_buffer_size() <= SMALL_MESSAGE_BYTES:
             message = pa.ipc.read_message(batch.serialize())
             body = message.body
             out.append(
@@ -219,12 +229,18 @@ class FlightDataDecoder:
     anywhere (they yield no batch). Any inconsistency raises InvalidArgument, never a hang; a
     batch that would decode to more than `max_decoded_size` bytes raises ResourceExhausted
     before anything is decompressed.
+
+    A schema without dictionaries needs no reader state: its small batches are read in one
+    Arrow call each (the stream reader pulls every piece of a message through Python reads,
+    ~48 us for a schema and a one-row batch against ~7), its large ones by a stream reader
+    opened when the first comes (their bodies are not copied).
     """
 
     def __init__(self, max_decoded_size: int | None = DEFAULT_MAX_DECODED_SIZE) -> None:
         self.max_decoded_size = max_decoded_size
         self._feed = IpcMessageFeed()
         self._reader: pa.ipc.RecordBatchStreamReader | None = None
+        self._schema_header: bytes | None = None  # a plain stream's, for a reader opened later
         self.schema: pa.Schema | None = None
 
     def feed(self, message: FlightDataView) -> pa.RecordBatch | None:
@@ -240,26 +256,24 @@ class FlightDataDecoder:
             )
         try:
             if kind == MessageKind.SCHEMA:
-                if self._reader is not None:
-                    raise InvalidArgument("FlightData stream sent a second schema")
-                self._feed.push(message.header, message.body)
-                self._reader = pa.ipc.open_stream(self._feed)
-                self.schema = self._reader.schema
+                self._read_schema(message)
                 return None
-            if self._reader is None:
+            if self.schema is None:
                 raise InvalidArgument(
                     f"FlightData stream must start with a schema, got message kind {kind}"
                 )
             if kind in (MessageKind.DICTIONARY_BATCH, MessageKind.RECORD_BATCH):
                 self._check_decoded_size(message)
             if kind == MessageKind.DICTIONARY_BATCH:
+                if self._schema_header is not None:
+                    raise InvalidArgument(
+                        "FlightData stream sent a dictionary batch; its schema has no"
+                        " dictionary fields"
+                    )
                 self._feed.push(message.header, message.body)
                 return None
             if kind == MessageKind.RECORD_BATCH:
-                self._feed.push(message.header, message.body)
-                batch = self._reader.read_next_batch()
-                if self._feed.pending:
-                    raise InvalidArgument("FlightData record batch has trailing bytes")
+                batch = self._read_batch(message)
                 batch.validate()  # O(columns): buffers must fit the schema before kernels run
                 return batch
         except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, OSError) as exc:
@@ -267,6 +281,32 @@ class FlightDataDecoder:
         except StopIteration:
             raise InvalidArgument("FlightData stream ended inside a message") from None
         raise InvalidArgument(f"unsupported Arrow IPC message kind {kind} in FlightData")
+
+    def _read_schema(self, message: FlightDataView) -> None:
+        if self.schema is not None:
+            raise InvalidArgument("FlightData stream sent a second schema")
+        schema = pa.ipc.read_schema(_encapsulated(message.header, message.body))
+        if any(_has_dictionary(field.type) for field in schema):
+            self._feed.push(message.header, message.body)
+            self._reader = pa.ipc.open_stream(self._feed)
+            self.schema = self._reader.schema
+        else:
+            self._schema_header = bytes(message.header)
+            self.schema = schema
+
+    def _read_batch(self, message: FlightDataView) -> pa.RecordBatch:
+        if self._schema_header is not None and len(message.body) <= SMALL_MESSAGE_BYTES:
+            ipc = pa.ipc.read_message(_encapsulated(message.header, message.body))
+            return pa.ipc.read_record_batch(ipc, self.schema)
+        if self._reader is None:  # a plain stream's first large batch
+            assert self._schema_header is not None
+            self._feed.push(memoryview(self._schema_header), memoryview(b""))
+            self._reader = pa.ipc.open_stream(self._feed)
+        self._feed.push(message.header, message.body)
+        batch = self._reader.read_next_batch()
+        if self._feed.pending:
+            raise InvalidArgument("FlightData record batch has trailing bytes")
+        return batch
 
     def _check_decoded_size(self, message: FlightDataView) -> None:
         limit = self.max_decoded_size

@@ -31,7 +31,7 @@ from flightfeed.flight import (
     decode_flight_data,
     path_descriptor,
 )
-from flightfeed.flight.codec import SERIALIZE_BELOW_BYTES, EncodedMessage, encode_flight_data
+from flightfeed.flight.codec import SMALL_MESSAGE_BYTES, EncodedMessage, encode_flight_data
 from flightfeed.flight.ipc import MessageKind, peek_message
 
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -186,7 +186,7 @@ def test_small_and_large_batches_in_one_stream_keep_arrows_bytes_and_order() -> 
         return pa.record_batch([pa.array(numbers), pa.array(numbers.astype(str))], schema=schema)
 
     batches = [batch(3, 0), batch(20_000, 3), batch(1, 20_003), batch(0, 0), batch(9_000, 7)]
-    assert batches[1].get_total_buffer_size() > SERIALIZE_BELOW_BYTES
+    assert batches[1].get_total_buffer_size() > SMALL_MESSAGE_BYTES
     case = StreamCase("small and large", schema, batches, [b"a", None, b"c", None, b"e"])
     check_codec_roundtrip(case)
 
@@ -240,6 +240,19 @@ def test_decoder_rejects_a_batch_before_the_schema() -> None:
     payloads = [b"".join(m.parts)[5:] for m in FlightDataEncoder(schema).encode(batch)]
     with pytest.raises(InvalidArgument, match="must start with a schema"):
         FlightDataDecoder().feed(decode_flight_data(payloads[1]))
+
+
+def test_decoder_rejects_a_dictionary_batch_where_the_schema_has_no_dictionary() -> None:
+    dictionary_schema = pa.schema([("d", pa.dictionary(pa.int8(), pa.string()))])
+    batch = pa.record_batch([pa.array(["x", "y"]).dictionary_encode()], schema=dictionary_schema)
+    messages = FlightDataEncoder(dictionary_schema).encode(batch)
+    dictionary = b"".join(messages[1].parts)[5:]
+    assert peek_message(decode_flight_data(dictionary).header)[0] == MessageKind.DICTIONARY_BATCH
+    plain = pa.schema([("d", pa.string())])
+    decoder = FlightDataDecoder()
+    decoder.feed(decode_flight_data(b"".join(FlightDataEncoder(plain).schema_message().parts)[5:]))
+    with pytest.raises(InvalidArgument, match="its schema has no dictionary fields"):
+        decoder.feed(decode_flight_data(dictionary))
 
 
 # --- the same property through real gRPC ---------------------------------------------------
