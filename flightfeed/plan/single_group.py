@@ -85,7 +85,7 @@ def _constant(column: pa.ChunkedArray, n: int) -> bool:
         return True
     if not column[0].equals(column[n - 1]):  # most mixed keys show at the ends
         return False
-    bounds = pc.min_max(column)
+    bounds = pc.call_function("min_max", [column])  # (pc.min_max wraps it in ~5 us of Python)
     return bool(bounds["min"].equals(bounds["max"]))
 
 
