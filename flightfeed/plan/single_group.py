@@ -20,7 +20,7 @@ import pyarrow.types as pt
 Spec = tuple[list[str], str, pc.FunctionOptions | None, str]
 """(argument columns, Acero function, options, result name), as the aggregate node takes."""
 
-_COUNT_ALL: Final = "hash_count_all"
+_HASH_COUNT_ALL: Final = "hash_count_all"
 _SCALAR_TWINS: Final = {
     "hash_count": "count",
     "hash_sum": "sum",
@@ -41,7 +41,7 @@ def single_group(source: pa.Table, specs: Sequence[Spec], keys: Sequence[str]) -
         return None
     arrays: list[pa.Array | pa.ChunkedArray] = [column.slice(0, 1) for column in key_columns]
     for args, function, options, _ in specs:
-        if function == _COUNT_ALL:
+        if function == _HASH_COUNT_ALL:
             arrays.append(pa.repeat(pa.scalar(n, pa.int64()), 1))
         else:
             value = pc.call_function(_SCALAR_TWINS[function], [source.column(args[0])], options)
@@ -51,7 +51,7 @@ def single_group(source: pa.Table, specs: Sequence[Spec], keys: Sequence[str]) -
 
 def _exact(source: pa.Table, spec: Spec) -> bool:
     args, function, _, _ = spec
-    if function == _COUNT_ALL:
+    if function == _HASH_COUNT_ALL:
         return True
     if function not in _SCALAR_TWINS or len(args) != 1:
         return False
