@@ -145,10 +145,10 @@ def main() -> None:
         ]
         times, plan = run(lambda: measure(urls, count))
     print(plan)
-    on_workers, in_process = times["on workers"], times["one process"]
+    on_workers, one_process = times["on workers"], times["one process"]
     no_network = times["in-process workers"]
     p50, p99 = statistics.median(on_workers), percentile(on_workers, 99)
-    local_p50, local_p99 = statistics.median(in_process), percentile(in_process, 99)
+    local_p50, local_p99 = statistics.median(one_process), percentile(one_process, 99)
     print(
         f"{len(on_workers)} queries on {args.workers} workers: p50 {p50:.2f} ms, p99 {p99:.2f} ms;"
         f" in one process: p50 {local_p50:.2f} ms, p99 {local_p99:.2f} ms"
