@@ -37,6 +37,10 @@ class ServerProcess:
     def location(self) -> str:
         return f"grpc://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
     def close(self) -> None:
         self._proc.terminate()
         self._proc.wait(timeout=30)
