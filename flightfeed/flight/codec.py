@@ -92,8 +92,12 @@ whose bodies are views of the batch's own memory and of the received message."""
 
 
 def _has_dictionary(type_: pa.DataType) -> bool:
+    """Whether a column of `type_` carries dictionaries: in itself, a child, or the storage of
+    an extension type (whose own `num_fields` is 0)."""
     if pa.types.is_dictionary(type_):
         return True
+    if isinstance(type_, pa.BaseExtensionType):
+        return _has_dictionary(type_.storage_type)
     return any(_has_dictionary(type_.field(i).type) for i in range(type_.num_fields))
 
 

@@ -53,6 +53,20 @@ class LabelType(pa.ExtensionType):  # type: ignore[misc]
         return cls(serialized.decode())
 
 
+class CategoryType(pa.ExtensionType):  # type: ignore[misc]
+    """An extension type over a dictionary: its dictionaries travel as the storage's would."""
+
+    def __init__(self) -> None:
+        super().__init__(pa.dictionary(pa.int8(), pa.string()), "flightfeed.test.category")
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        return b""
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type: Any, serialized: bytes) -> CategoryType:
+        return cls()
+
+
 def _register(ext: Any) -> None:
     with contextlib.suppress(pa.ArrowKeyError):  # already registered in this process
         pa.register_extension_type(ext)
@@ -60,6 +74,7 @@ def _register(ext: Any) -> None:
 
 _register(RationalType())
 _register(LabelType("m"))
+_register(CategoryType())
 
 # --- random arrays ---------------------------------------------------------------------------
 
@@ -286,6 +301,7 @@ LEAF_TYPES: tuple[Any, ...] = (
     pa.uuid(),
     RationalType(),
     LabelType("kg"),
+    CategoryType(),
 )  # fmt: skip
 DICT_VALUE_TYPES: tuple[Any, ...] = (pa.string(), pa.int64(), pa.binary(), pa.large_string())
 DICT_INDEX_TYPES: tuple[Any, ...] = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint32())
@@ -518,6 +534,7 @@ FAMILY_TYPES: tuple[tuple[str, Any], ...] = (
     ("dictionary_string", pa.dictionary(pa.int32(), pa.string())),
     ("dictionary_ordered_int", pa.dictionary(pa.int8(), pa.int64(), ordered=True)),
     ("list_of_dictionary", pa.list_(pa.dictionary(pa.int16(), pa.string()))),
+    ("extension_over_dictionary", CategoryType()),
     ("run_end_encoded", pa.run_end_encoded(pa.int32(), pa.string())),
     ("run_end_encoded_int64_ends", pa.run_end_encoded(pa.int64(), pa.float64())),
     ("fixed_shape_tensor", pa.fixed_shape_tensor(pa.int32(), [2, 3])),
