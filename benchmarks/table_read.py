@@ -59,7 +59,7 @@ from flightfeed._generated.remote_engine import (
 from flightfeed._generated.storage import ArrowPayload, ArrowPayloadCompression
 from flightfeed.flight.grpc import GrpcChannel, RawBytes
 from flightfeed.flight.internals import raw_stream
-from flightfeed.flight.wire import recv_raw
+from flightfeed.flight.wire import recv_raw_view
 from flightfeed.protowire import decode_varint
 from flightfeed.tables.options import TableOptions
 from flightfeed.tables.payload import decode_payload
@@ -175,7 +175,7 @@ async def flightfeed_read(
             ) as stream:
                 await stream.send_message(request, end=True)
                 await stream.recv_initial_metadata()
-                while (data := await recv_raw(raw_stream(stream), MAX_MESSAGE)) is not None:
+                while (data := await recv_raw_view(raw_stream(stream), MAX_MESSAGE)) is not None:
                     rows += sum(batch.num_rows for batch in response_batches(data))
                 await stream.recv_trailing_metadata()
         elapsed = time.perf_counter() - began

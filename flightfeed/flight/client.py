@@ -254,6 +254,12 @@ class FlightClient:
         SETTINGS_MAX_CONCURRENT_STREAMS calls open at once (see pool.py)."""
         return len(self._channel.connections)
 
+    @property
+    def received_in_place(self) -> tuple[int, int]:
+        """Messages, and their bytes, the open connections received straight into buffers of
+        their own: large FlightData messages are (see flight/message_buffer.py)."""
+        return self._channel.received_in_place()
+
     async def close(self) -> None:
         self._channel.close()
 

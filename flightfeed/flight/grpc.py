@@ -9,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from contextlib import suppress
+from functools import partial
 from typing import Any, Final, TypeVar
 
 import betterproto2
@@ -27,10 +28,12 @@ from ..errors import ResourceExhausted
 from ..messages import parse_strict
 from ..protoencode import encode_message
 from .auth import REFUSED, Authenticator
+from .buffered import scratch
 from .call_count import CallCount
 from .churn_collect import ChurnCollector
 from .connection_guard import ConnectionGuard
 from .connection_limits import ConnectionCount, ConnectionLimits
+from .h2buffer import StreamingFrameBuffer
 from .h2buffer import install as install_streaming_buffer
 from .internals import (
     ChannelBase,
@@ -39,9 +42,11 @@ from .internals import (
     preface_pending,
     protocol_h2_connection,
     protocol_transport,
+    replace_stream_buffer,
 )
 from .keepalive import KeepalivePolicy, KeepaliveTimer
 from .log_limit import RateLimitedLogger, limit_logger
+from .message_buffer import MessageBuffer, PlacementBudget
 from .pool import DEFAULT_MAX_CONNECTIONS, ConnectionPool
 from .request_headers import refusal
 from .tuning import advertise_settings, apply_process_tuning, grpc_config
@@ -99,6 +104,7 @@ must an ALTSVC offer and a 1xx response a gRPC call has no use for."""
 WRITE_BUFFER_HIGH = 16 * 1024 * 1024
 WRITE_BUFFER_LOW = 4 * 1024 * 1024
 LINGER = 2.0
+FRAME_HEADER_SIZE: Final = 9
 """Seconds a connection closed with GOAWAY keeps reading (to drop) so the peer gets the GOAWAY."""
 MAX_GOAWAY_DEBUG = 1024
 
@@ -110,12 +116,36 @@ def _peer(transport: Any) -> str:
     return str(peer or "an unknown peer")
 
 
-class _CallsProcessor(EventsProcessor):
-    """grpclib's events processor, telling a connection's guard when a call opens and when
-    its handler is done with it (what the idle timeout and the receive rate go by)."""
+class _PlacingProcessor(EventsProcessor):
+    """grpclib's events processor, giving each call a MessageBuffer (message_buffer.py) in
+    place of grpclib's buffer, before any of its data arrives."""
 
-    def __init__(self, handler: Any, connection: Any, guard: ConnectionGuard) -> None:
+    def __init__(self, handler: Any, connection: Any, budget: PlacementBudget) -> None:
         super().__init__(handler, connection)
+        self.budget = budget
+
+    def register(self, stream: H2Stream) -> Callable[[], None]:
+        stream_id = stream.id
+        assert stream_id is not None
+        buffer = MessageBuffer(partial(self.connection.ack, stream_id), self.budget)
+        replace_stream_buffer(stream, buffer)
+        release = super().register(stream)
+
+        def release_stream() -> None:
+            release()
+            buffer.close()
+
+        return release_stream
+
+
+class _CallsProcessor(_PlacingProcessor):
+    """Also tells a connection's guard when a call opens and when its handler is done with it
+    (what the idle timeout and the receive rate go by)."""
+
+    def __init__(
+        self, handler: Any, connection: Any, budget: PlacementBudget, guard: ConnectionGuard
+    ) -> None:
+        super().__init__(handler, connection, budget)
         self._guard = guard
 
     def register(self, stream: H2Stream) -> Callable[[], None]:
@@ -159,6 +189,9 @@ class TunedH2Protocol(H2Protocol):
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._connections = connections
         self._admitted = False
+        self._frames: StreamingFrameBuffer | None = None
+        self._claimed: memoryview | None = None
+        self._placing: MessageBuffer | None = None
 
     def connection_made(self, transport: Any) -> None:
         if self._connections is not None:
@@ -185,7 +218,7 @@ class TunedH2Protocol(H2Protocol):
         h2_connection = protocol_h2_connection(self)
         limits = self._limits
         max_header_list_size = limits.max_header_list_size if limits is not None else None
-        frames = install_streaming_buffer(h2_connection, max_header_list_size)
+        frames = self._frames = install_streaming_buffer(h2_connection, max_header_list_size)
         advertise_settings(h2_connection, max_header_list_size)
         self.connection.flush()
         if self._keepalive_policy is not None:
@@ -207,11 +240,60 @@ class TunedH2Protocol(H2Protocol):
                 now=loop.time,
                 call_at=loop.call_at,
             )
-            self.processor = _CallsProcessor(self.handler, self.connection, self.guard)
+            self.processor = _CallsProcessor(
+                self.handler, self.connection, PlacementBudget(), self.guard
+            )
+        else:
+            self.processor = _PlacingProcessor(self.handler, self.connection, PlacementBudget())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read goes: the rest of a large message, into its own buffer when its
+        call has one (message_buffer.py); else this thread's scratch buffer. Reads stop short
+        where that lets the next one be placed: at a gRPC prefix inside a large DATA frame, and
+        at a frame header while a placed message is incomplete."""
+        self._claimed = None
+        frames = self._frames
+        space = scratch()
+        if frames is None or self._linger is not None:
+            return space
+        payload = frames.payload_in_progress()
+        if payload is None:
+            placing = self._placing
+            if placing is not None and placing.placing and frames.at_frame_start:
+                return space[:FRAME_HEADER_SIZE]
+            return space
+        stream_id, left = payload
+        stream = self.processor.streams.get(stream_id)
+        buffer = stream.buffer if stream is not None else None
+        if not isinstance(buffer, MessageBuffer):
+            return space
+        region = buffer.claim(left)
+        if region is not None:
+            self._claimed = region
+            self._placing = buffer
+            return region
+        prefix = buffer.prefix_read(left)
+        return space[:prefix] if prefix else space
+
+    def buffer_updated(self, nbytes: int) -> None:
+        claimed, self._claimed = self._claimed, None
+        if claimed is None:
+            self._received(bytes(scratch()[:nbytes]), nbytes)
+            return
+        frames = self._frames
+        assert frames is not None
+        frames.add_placed(claimed[:nbytes])
+        self._received(b"", nbytes)
+        if self._placing is not None and not self._placing.placing:
+            self._placing = None  # its message is in: not kept alive by the connection
 
     def data_received(self, data: bytes) -> None:
-        # grpclib's own, except that a protocol error is answered with a GOAWAY saying why
-        # (grpclib closes without one and logs a traceback) and that the guard sees the data.
+        self._received(data, len(data))
+
+    def _received(self, data: bytes, size: int) -> None:
+        # grpclib's data_received, except that a protocol error is answered with a GOAWAY
+        # saying why (grpclib closes without one and logs a traceback) and that the guard sees
+        # the data. `size`: bytes received, `data` and any received in place.
         if self._linger is not None:
             return  # closing: read only to be dropped (see _close)
         if self.keepalive is not None:
@@ -232,7 +314,7 @@ class TunedH2Protocol(H2Protocol):
                 self.processor.process(event)
         self.connection.flush()
         if self.guard is not None and not self.connection.is_closing():
-            self.guard.received(len(data), events)
+            self.guard.received(size, events)
         if self._handshake_timer is not None and not preface_pending(protocol_h2_connection(self)):
             self._handshake_timer.cancel()
             self._handshake_timer = None
@@ -462,6 +544,16 @@ class GrpcChannel(ChannelBase):
 
     async def connection_for_call(self) -> H2Protocol:
         return await self.pool.acquire()
+
+    def received_in_place(self) -> tuple[int, int]:
+        """Messages, and their bytes, that the open connections received straight into
+        buffers of their own (message_buffer.py)."""
+        budgets = [
+            p.processor.budget
+            for p in self.pool.connections
+            if isinstance(p.processor, _PlacingProcessor)
+        ]
+        return sum(b.placed_messages for b in budgets), sum(b.placed_bytes for b in budgets)
 
     def close(self) -> None:
         self.pool.close()

@@ -4,8 +4,10 @@ h2's FrameBuffer appends every received chunk to a bytearray, slices each frame 
 and `tobytes()`s the payload (another copy). For a 4 MiB DATA frame that is most of the
 receive cost. `StreamingFrameBuffer` hands a large DATA frame to h2 as a run of smaller DATA
 frames whose payloads are views of the chunks the transport delivered. For h2 that is the same
-thing: flow control counts payload bytes, END_STREAM rides on the last piece, and grpclib
-reassembles messages across DATA frames anyway, with the one copy it always makes.
+thing: flow control counts payload bytes, END_STREAM rides on the last piece, and the call's
+buffer reassembles messages across DATA frames anyway. A piece may also be received in place
+(`add_placed`): the connection read it straight into the buffer of the message it belongs to
+(message_buffer.py), having asked `payload_in_progress` which stream's payload comes next.
 
 It also bounds a header block while it arrives. h2 buffers HEADERS and up to 64 CONTINUATION
 frames whole before its HPACK decoder measures the list: with 4 MiB frames that is 256 MiB per
@@ -65,7 +67,27 @@ class StreamingFrameBuffer(FrameBufferBase):
             frame.flags.add("END_STREAM")
         self._ready.append(frame)
 
+    def payload_in_progress(self) -> tuple[int, int] | None:
+        """(stream id, bytes still due) of the large DATA payload being received, if any."""
+        if self._payload_left:
+            return self._payload_stream, self._payload_left
+        return None
+
+    @property
+    def at_frame_start(self) -> bool:
+        """Whether the next byte received starts a frame (nothing of one is held)."""
+        return not (self._payload_left or self._ready or self.buffered or self.in_preamble)
+
+    def add_placed(self, payload: memoryview) -> None:
+        """The next bytes of the payload in progress, received where they belong (the
+        connection's get_buffer claimed them from the call's message buffer)."""
+        if not 0 < len(payload) <= self._payload_left:
+            raise ProtocolError("received in place past the DATA payload in progress")
+        self._piece(payload)
+
     def add_data(self, data: Any) -> None:
+        if not len(data):
+            return
         if self._payload_left and not self.in_preamble:
             view = memoryview(data)
             take = min(self._payload_left, len(view))

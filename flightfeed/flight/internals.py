@@ -37,6 +37,7 @@ from grpclib.protocol import H2Protocol
 from h2.connection import ConnectionInputs
 from h2.stream import StreamInputs
 
+from .buffered import connection_protocol, loop_protocol
 from .call_count import CallCount
 
 CLASS_ATTRIBUTES: Final[Mapping[type, tuple[str, ...]]] = {
@@ -176,6 +177,12 @@ def protocol_h2_connection(protocol: H2Protocol) -> Any:
 def protocol_transport(protocol: H2Protocol) -> Any:
     """The transport of a grpclib connection protocol; None once it is closing."""
     return getattr(protocol.connection, "_transport", None)
+
+
+def replace_stream_buffer(stream: grpclib.protocol.Stream, buffer: Any) -> None:
+    """Give a call its receive buffer (grpclib's interface: add, eof, read, unacked_size)
+    before any of its data arrived."""
+    stream.buffer = buffer
 
 
 def account_sent(h2_connection: Any, stream_id: int, size: int) -> None:
@@ -381,7 +388,7 @@ class ServerBase(grpclib.server.Server):
         self._loop = asyncio.get_running_loop()
         await super().start(*args, **kwargs)
 
-    def _protocol_factory(self) -> H2Protocol:
+    def _protocol_factory(self) -> Any:
         self.__gc_step__()
         handler = RefusingHandler(
             self._mapping,
@@ -394,7 +401,7 @@ class ServerBase(grpclib.server.Server):
         self._handlers.add(handler)
         protocol: H2Protocol = self.make_protocol(handler, self._config, self._h2_config)
         self._protocols.add(protocol)
-        return protocol
+        return loop_protocol(protocol)
 
     def close_connections(self) -> None:
         """Close every open connection. grpclib's close() stops the listener and cancels the
@@ -416,14 +423,14 @@ class ChannelBase(grpclib.client.Channel):
 
     async def connection_for_call(self) -> H2Protocol:
         """Override: the connection a new call goes on (by default grpclib's one connection)."""
-        protocol: H2Protocol = await super().__connect__()
+        protocol: H2Protocol = connection_protocol(await super().__connect__())
         _check_open(protocol)
         return protocol
 
     async def new_connection(self) -> H2Protocol:
         """A new connection to the channel's server, which grpclib's Channel does not keep
         (its owner closes it with `close_connection`)."""
-        protocol: H2Protocol = await self._create_connection()
+        protocol: H2Protocol = connection_protocol(await self._create_connection())
         _check_open(protocol)
         return protocol
 
@@ -431,11 +438,9 @@ class ChannelBase(grpclib.client.Channel):
         """Override: the protocol of the channel's connection."""
         return H2Protocol(handler, config, h2_config)
 
-    def _protocol_factory(self) -> H2Protocol:
-        protocol: H2Protocol = self.make_protocol(
-            grpclib.client.Handler(), self._config, self._h2_config
-        )
-        return protocol
+    def _protocol_factory(self) -> Any:
+        protocol = self.make_protocol(grpclib.client.Handler(), self._config, self._h2_config)
+        return loop_protocol(protocol)
 
 
 def _check_open(protocol: H2Protocol) -> None:

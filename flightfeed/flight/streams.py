@@ -24,7 +24,7 @@ from .codec import (
     encode_flight_data,
 )
 from .wakeup import cancel_baseline, forget_wakeup_cancel
-from .wire import DEFAULT_MAX_MESSAGE_SIZE, recv_raw, send_encoded
+from .wire import DEFAULT_MAX_MESSAGE_SIZE, recv_raw_view, send_encoded
 
 
 class FlightDataWriter:
@@ -142,14 +142,14 @@ class FlightDataReader:
             task, baseline = cancel_baseline()
             try:
                 with self._guard:
-                    data = await recv_raw(self._stream, self._max)
+                    data = await recv_raw_view(self._stream, self._max)
             except StreamTerminatedError as exc:
                 forget_wakeup_cancel(self._guard, task, baseline)
                 if self._translate is None:
                     raise Cancelled(f"stream terminated: {exc}") from None
                 raise self._translate(exc) from None
         else:
-            data = await recv_raw(self._stream, self._max)
+            data = await recv_raw_view(self._stream, self._max)
         if data is None:
             self._done = True
             if self._at_end is not None:

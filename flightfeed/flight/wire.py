@@ -5,13 +5,15 @@ every chunk). `send_encoded` instead writes our own 9-byte DATA frame headers ar
 message's buffer views with one `transport.writelines`, and uses h2 only for what it is good at:
 stream state and flow-control windows. uvloop holds the views until the kernel took them.
 
-Receiving: a message arrives as one `bytes` from grpclib's buffer; FlightData fields are then
-parsed as memoryviews of it.
+Receiving: a message arrives as one `bytes` (`recv_raw`) or, from `recv_raw_view`, a large one
+as a view of the buffer the socket read it into (message_buffer.py); FlightData fields are
+then parsed as memoryviews of it.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from grpclib.exceptions import StreamTerminatedError
@@ -21,6 +23,7 @@ from h2.exceptions import StreamClosedError
 from ..errors import Cancelled, InvalidArgument, ResourceExhausted
 from .codec import EncodedMessage
 from .internals import account_sent, stream_h2_connection, stream_transport
+from .message_buffer import MessageBuffer
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 512 * 1024 * 1024
 _FRAME_HEADER = struct.Struct(">IBI")  # 24-bit length << 8 | type, flags, stream id
@@ -87,8 +90,27 @@ async def recv_raw(
     stream: H2Stream, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
 ) -> bytes | None:
     """Receive one gRPC message's payload, or None at end of stream."""
+    data = await _receive(stream, max_message_size, stream.recv_data)
+    return data if data is None or isinstance(data, bytes) else data.tobytes()
+
+
+async def recv_raw_view(
+    stream: H2Stream, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> bytes | memoryview | None:
+    """As recv_raw, but a large message comes as a view of the buffer the socket read it into
+    (message_buffer.py): its readers must take memoryviews."""
+    buffer = stream.buffer
+    read = buffer.read_view if isinstance(buffer, MessageBuffer) else stream.recv_data
+    return await _receive(stream, max_message_size, read)
+
+
+async def _receive(
+    stream: H2Stream,
+    max_message_size: int,
+    read: Callable[[int], Awaitable[bytes | memoryview]],
+) -> bytes | memoryview | None:
     try:
-        prefix = await stream.recv_data(5)
+        prefix = await read(5)
         if not prefix:
             return None
         if len(prefix) < 5:
@@ -100,8 +122,8 @@ async def recv_raw(
             raise ResourceExhausted(
                 f"gRPC message of {length} bytes exceeds the limit of {max_message_size} bytes"
             )
-        data = await stream.recv_data(length)
-    except AssertionError:  # grpclib's buffer: the stream ended inside a message
+        data = await read(length)
+    except AssertionError:  # the buffer's: the stream ended inside a message
         raise InvalidArgument("truncated gRPC message: stream ended mid-message") from None
     except StreamTerminatedError as exc:
         raise Cancelled(f"stream terminated: {exc}") from None
