@@ -12,6 +12,7 @@ import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Final, TypeVar
 
 import anyio
@@ -24,6 +25,7 @@ from ..plan.base import closing
 from ..plan.expr import Expr, evaluate
 from ..plan.functions import BUILTINS
 from ..plan.merge import merge
+from ..threaded_source import read_ahead
 from .options import TableOptions
 from .predicate import split_predicates
 from .schema import TableSchema
@@ -33,6 +35,8 @@ T = TypeVar("T")
 MAX_BATCH_ROWS: Final = 1 << 20
 DEFAULT_BATCH_ROWS: Final = 65_536
 MAX_READ_PARALLELISM: Final = 16
+SCAN_AHEAD: Final = 2
+"""Batches a scan's thread reads before the reader takes them (threaded_source.py)."""
 
 
 @dataclass(frozen=True)
@@ -211,11 +215,9 @@ class TableEngine:
     ) -> AsyncIterator[pa.RecordBatch]:
         reader = await self._run(self.store.scan, name, spec)
         try:
-            while True:
-                batch = await self._run(_next_finished, reader, finish)
-                if batch is None:
-                    return
-                if batch.num_rows:
+            batches = read_ahead(partial(_next_finished, reader, finish), SCAN_AHEAD)
+            async with closing(batches) as scanned:
+                async for batch in scanned:
                     yield batch
         finally:
             reader.close()
@@ -231,12 +233,14 @@ async def purge_expired_rows(engine: TableEngine, interval: float) -> None:
 def _next_finished(
     reader: pa.RecordBatchReader, finish: Callable[[pa.RecordBatch], pa.RecordBatch]
 ) -> pa.RecordBatch | None:
-    """The next batch, filtered and projected, on the thread that read it."""
-    try:
-        batch = reader.read_next_batch()
-    except StopIteration:
-        return None
-    return finish(batch)
+    """The next batch with rows, filtered and projected, on the thread that read it."""
+    while True:
+        try:
+            batch = finish(reader.read_next_batch())
+        except StopIteration:
+            return None
+        if batch.num_rows:
+            return batch
 
 
 __all__ = [
