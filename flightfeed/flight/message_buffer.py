@@ -33,6 +33,10 @@ PLACEMENT_BUDGET: Final = 512 * 1024 * 1024
 """Bytes a connection may hold in buffers of messages still arriving."""
 GRPC_PREFIX_SIZE: Final = 5
 
+_POOL: Final = pa.system_memory_pool()
+"""Where message buffers come from: malloc, as the `bytes` grpclib would have built. Tuned
+processes keep its freed memory for the next message (tuning.tune_malloc); Arrow's own pool
+takes transparent huge pages, zeroed 2 MiB at a time, where flightfeed came after pyarrow."""
 _END: Final = object()
 """Queued by eof(): the call's data ended."""
 
@@ -227,7 +231,7 @@ class MessageBuffer:
 
     def _start_message(self, size: int) -> None:
         if self._budget.take(size):
-            owner = pa.allocate_buffer(size)
+            owner = pa.allocate_buffer(size, memory_pool=_POOL)
             self._owner = owner
             self._target = memoryview(owner).cast("B")
             self._filled = 0
