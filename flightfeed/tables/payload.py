@@ -80,15 +80,22 @@ class Compressor:
 
     def compress(self, raw: pa.Buffer) -> bytes | None:
         """The compressed element, or None to send it as it is."""
-        return self._compress(raw) if self._trying(raw.size) else None
+        return self._compress(raw) if self.tries(raw.size) else None
 
     def compress_pieces(self, pieces: Sequence[Buffer], size: int) -> bytes | None:
         """`compress` of an element held as pieces (joined only when compression is tried)."""
-        if not self._trying(size):
+        if not self.tries(size):
             return None
+        return self.compress_tried(pieces)
+
+    def compress_tried(self, pieces: Sequence[Buffer]) -> bytes | None:
+        """The compressed element held as `pieces`, or None if it did not pay; for an element
+        `tries` said yes to (the CPU-heavy half, for a worker thread)."""
         return self._compress(pa.py_buffer(b"".join(memoryview(p) for p in pieces)))
 
-    def _trying(self, size: int) -> bool:
+    def tries(self, size: int) -> bool:
+        """Whether an element of `size` bytes is to be compressed (counted towards the next
+        probe when not)."""
         if self.mode == "never" or size < self.min_bytes:
             return False
         if self.mode == "always" or self._paying:
