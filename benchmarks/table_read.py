@@ -22,11 +22,15 @@ on this data and halves the throughput). Rounds alternate the two sides; the RES
 the median of per-round ratios. The machine's cores are shared by client and worker, as they
 would be on one host; CPU seconds (client and worker together) are printed per round.
 
-Measured on the 2-core development machine: 16.4M rows/s against DuckDB's 32.9M (ratio 0.50;
-0.39 before responses were written as views of the batches' buffers and encoded a batch ahead
-of the sending). Per 10M rows the worker spends ~0.6 CPU s and the client ~0.35 where DuckDB
-alone spends ~0.33: DuckDB's own scan and Arrow conversion is about half of the worker's CPU,
-the socket writes, h2 and the event loop most of the rest, on the same 2 cores as the client.
+Measured on the 2-core development machine, ten runs as its speed varied: 0.68-0.81, median
+0.75 (20-31M rows/s against DuckDB's 26-39M), where the code before measured 0.57-0.66. The
+client reads each response from the socket straight into a buffer of its own
+(flight/message_buffer.py: ~170 ms of client CPU per 10M rows where it was ~350), the worker's
+scan reads ahead on a thread of its own (threaded_source.py) and a response's IPC framing is
+written on the loop, where each batch used to wait ~4 ms on thread hops. Per 10M rows client
+and worker spend 0.58-0.85 CPU s (DuckDB alone 0.27-0.43), on the same 2 cores as the
+reference's single in-process export: two kernel copies over loopback and DuckDB's export are
+most of it.
 
 Run: python benchmarks/table_read.py [--rows 10000000] [--rounds 5] [--batch-size 262144]
      [--parallelism 1] [--compression never] [--client raw] [--quick]
