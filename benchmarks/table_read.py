@@ -26,7 +26,7 @@ Measured on the 2-core development machine, ten runs as its speed varied: 0.68-0
 0.75 (20-31M rows/s against DuckDB's 26-39M), where the code before measured 0.57-0.66. The
 client reads each response from the socket straight into a buffer of its own
 (flight/message_buffer.py: ~170 ms of client CPU per 10M rows where it was ~350), the worker's
-scan reads ahead on a thread of its own (threaded_source.py) and a response's IPC framing is
+scan reads ahead on a thread of its own (concurrency.read_ahead) and a response's IPC framing is
 written on the loop, where each batch used to wait ~4 ms on thread hops. Per 10M rows client
 and worker spend 0.58-0.85 CPU s (DuckDB alone 0.27-0.43), on the same 2 cores as the
 reference's single in-process export: two kernel copies over loopback and DuckDB's export are

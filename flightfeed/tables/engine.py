@@ -20,12 +20,12 @@ import anyio.to_thread
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..concurrency import read_ahead
 from ..errors import InvalidArgument
 from ..plan.base import closing
 from ..plan.expr import Expr, evaluate
 from ..plan.functions import BUILTINS
 from ..plan.merge import merge
-from ..threaded_source import read_ahead
 from .options import TableOptions
 from .predicate import split_predicates
 from .schema import TableSchema
@@ -36,7 +36,7 @@ MAX_BATCH_ROWS: Final = 1 << 20
 DEFAULT_BATCH_ROWS: Final = 65_536
 MAX_READ_PARALLELISM: Final = 16
 SCAN_AHEAD: Final = 2
-"""Batches a scan's thread reads before the reader takes them (threaded_source.py)."""
+"""Batches a scan's thread reads before the reader takes them (concurrency.read_ahead)."""
 
 
 @dataclass(frozen=True)

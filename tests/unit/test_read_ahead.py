@@ -8,8 +8,8 @@ import threading
 import anyio
 import pytest
 
+from flightfeed.concurrency import read_ahead
 from flightfeed.plan.base import closing
-from flightfeed.threaded_source import read_ahead
 
 pytestmark = pytest.mark.anyio
 
