@@ -94,12 +94,15 @@ def loop_guard(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture
-async def event_loop_guard() -> AsyncIterator[None]:
+async def event_loop_guard(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """Fail the test if flightfeed blocks the event loop: a blocking call made from
     flightfeed's own modules (blockbuster raises it where it happens), or any stall longer
-    than LOOP_STALL_SECONDS (reported with the stack that held the loop)."""
+    than LOOP_STALL_SECONDS (reported with the stack that held the loop), or than the test's
+    own `loop_stall_limit(seconds)` where the test itself makes one loop turn long."""
+    marker = request.node.get_closest_marker("loop_stall_limit")
+    limit = max(LOOP_STALL_SECONDS, float(marker.args[0])) if marker else LOOP_STALL_SECONDS
     with blockbuster_ctx("flightfeed"):
-        async with LoopWatchdog(LOOP_STALL_SECONDS) as watchdog:
+        async with LoopWatchdog(limit) as watchdog:
             yield
     if watchdog.stalls:
         pytest.fail(watchdog.report(), pytrace=False)

@@ -32,6 +32,9 @@ class Gate(FlightHandler):
         await writer.write_table(TABLE)
 
 
+# The Gate wakes 1,074 handlers in one loop turn (~0.3 s here, 0.52 s once under CI's load):
+# the burst is the test's own, not a stall of flightfeed's.
+@pytest.mark.loop_stall_limit(3.0)
 async def test_calls_beyond_the_stream_limit_open_another_connection() -> None:
     count = MAX_CONCURRENT_STREAMS + 50
     gate = Gate(count)
