@@ -104,8 +104,8 @@ must an ALTSVC offer and a 1xx response a gRPC call has no use for."""
 WRITE_BUFFER_HIGH = 16 * 1024 * 1024
 WRITE_BUFFER_LOW = 4 * 1024 * 1024
 LINGER = 2.0
-FRAME_HEADER_SIZE: Final = 9
 """Seconds a connection closed with GOAWAY keeps reading (to drop) so the peer gets the GOAWAY."""
+FRAME_HEADER_SIZE: Final = 9
 MAX_GOAWAY_DEBUG = 1024
 
 
@@ -259,8 +259,11 @@ class TunedH2Protocol(H2Protocol):
         payload = frames.payload_in_progress()
         if payload is None:
             placing = self._placing
-            if placing is not None and placing.placing and frames.at_frame_start:
-                return space[:FRAME_HEADER_SIZE]
+            if placing is not None:
+                if not placing.placing:
+                    self._placing = None  # its call gave the message up
+                elif frames.at_frame_start:
+                    return space[:FRAME_HEADER_SIZE]
             return space
         stream_id, left = payload
         stream = self.processor.streams.get(stream_id)

@@ -165,8 +165,11 @@ class MessageBuffer:
         self._queue.put_nowait(_END)
 
     def close(self) -> None:
-        """The call is over: its message buffer (if any) no longer counts against the budget."""
+        """The call is over: what it received and did not read is dropped, and its message
+        buffer (if any) no longer counts against the budget."""
         self._drop_target()
+        self._taken.clear()
+        self._taken_size = 0
 
     def unacked_size(self) -> int:
         """Flow-controlled bytes added and not taken (acknowledged when the call closes)."""
