@@ -124,7 +124,8 @@ class MessageBuffer:
         return self._target is not None
 
     def add(self, data: bytes | memoryview, ack_size: int) -> None:
-        """DATA payload bytes of the call, `ack_size` flow-controlled bytes in all."""
+        """DATA payload bytes of the call, `ack_size` flow-controlled bytes in all. Bytes no
+        message buffer takes are queued as one run, as grpclib queues a payload."""
         owner = self._owner
         if owner is not None and isinstance(data, memoryview) and data.obj is owner:
             self._advance(len(data))  # received in place (a claim): nothing to copy
@@ -132,29 +133,29 @@ class MessageBuffer:
             return
         view = memoryview(data)
         end = len(view)
-        pos = 0
+        pos = run = 0  # `run`: where the bytes not yet queued start
         while pos < end:
-            if not self._message_left:
+            target = self._target
+            if target is not None:  # arrived before the message's buffer could take them
+                take = min(self._message_left, end - pos)
+                target[self._filled : self._filled + take] = view[pos : pos + take]
+                pos = run = pos + take
+                self._advance(take)
+            elif self._message_left:
+                take = min(self._message_left, end - pos)
+                self._message_left -= take
+                pos += take
+            else:
                 take = min(GRPC_PREFIX_SIZE - len(self._prefix), end - pos)
-                piece = view[pos : pos + take]
-                self._prefix += piece
-                self._queue.put_nowait((piece, 0))
+                self._prefix += view[pos : pos + take]
                 pos += take
                 if len(self._prefix) == GRPC_PREFIX_SIZE:
                     self._message_left = int.from_bytes(self._prefix[1:], "big")
                     self._prefix.clear()
-                    self._start_message(self._message_left)
-                continue
-            take = min(self._message_left, end - pos)
-            target = self._target
-            if target is not None:
-                target[self._filled : self._filled + take] = view[pos : pos + take]
-                self._advance(take)
-            else:
-                self._queue.put_nowait((view[pos : pos + take], 0))
-                self._message_left -= take
-            pos += take
-        self._queue.put_nowait((None, ack_size))
+                    if self._message_left and self._start_message(self._message_left):
+                        self._queue.put_nowait((view[run:pos], 0))  # up to its prefix
+                        run = pos
+        self._queue.put_nowait((view[run:end] if run < end else None, ack_size))
 
     def eof(self) -> None:
         """The call's data ended (what a message had received so far is readable, short)."""
@@ -232,12 +233,15 @@ class MessageBuffer:
 
     # -- placement -----------------------------------------------------------------------------
 
-    def _start_message(self, size: int) -> None:
-        if self._budget.take(size):
-            owner = pa.allocate_buffer(size, memory_pool=_POOL)
-            self._owner = owner
-            self._target = memoryview(owner).cast("B")
-            self._filled = 0
+    def _start_message(self, size: int) -> bool:
+        """Whether the message now starting gets a buffer of its own (it then has one)."""
+        if not self._budget.take(size):
+            return False
+        owner = pa.allocate_buffer(size, memory_pool=_POOL)
+        self._owner = owner
+        self._target = memoryview(owner).cast("B")
+        self._filled = 0
+        return True
 
     def _advance(self, size: int) -> None:
         self._filled += size
