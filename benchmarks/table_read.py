@@ -22,17 +22,17 @@ on this data and halves the throughput). Rounds alternate the two sides; the RES
 the median of per-round ratios. The machine's cores are shared by client and worker, as they
 would be on one host; CPU seconds (client and worker together) are printed per round.
 
-Measured on the 2-core development machine, ten runs as its speed varied: 0.68-0.81, median
-0.75 (20-31M rows/s against DuckDB's 26-39M), where the code before measured 0.57-0.66. The
-client reads each response from the socket straight into a buffer of its own
-(flight/message_buffer.py: ~170 ms of client CPU per 10M rows where it was ~350), the worker's
-scan reads ahead on a thread of its own (concurrency.read_ahead) and a response's IPC framing is
-written on the loop, where each batch used to wait ~4 ms on thread hops. Per 10M rows client
-and worker spend 0.58-0.85 CPU s (DuckDB alone 0.27-0.43), on the same 2 cores as the
-reference's single in-process export: two kernel copies over loopback and DuckDB's export are
-most of it.
+Measured on the 2-core development machine, sixteen runs as its speed varied: 0.65-0.85, median
+0.77, fourteen at 0.7 or more (16-31M rows/s against DuckDB's 19-39M), where the code before
+measured 0.57-0.66. The client reads each response from the socket straight into a buffer of
+its own (flight/message_buffer.py: ~170 ms of client CPU per 10M rows where it was ~350), the
+worker's scan reads ahead on a thread of its own (concurrency.read_ahead) and a response's IPC
+framing is written on the loop, where each batch used to wait ~4 ms on thread hops. Per 10M
+rows client and worker spend 0.58-1.09 CPU s (DuckDB alone 0.27-0.66), on the same 2 cores as
+the reference's single in-process export: two kernel copies over loopback and DuckDB's export
+are most of it.
 
-Run: python benchmarks/table_read.py [--rows 10000000] [--rounds 5] [--batch-size 262144]
+Run: python benchmarks/table_read.py [--rows 10000000] [--rounds 9] [--batch-size 262144]
      [--parallelism 1] [--compression never] [--client raw] [--quick]
 """
 
@@ -193,7 +193,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--batch-size", type=int, default=262_144, help="the Read's batch_size")
     parser.add_argument("--parallelism", type=int, default=1, help="the Read's read_parallelism")
     parser.add_argument("--compression", choices=("auto", "always", "never"), default="never")
