@@ -82,12 +82,6 @@ class Compressor:
         """The compressed element, or None to send it as it is."""
         return self._compress(raw) if self.tries(raw.size) else None
 
-    def compress_pieces(self, pieces: Sequence[Buffer], size: int) -> bytes | None:
-        """`compress` of an element held as pieces (joined only when compression is tried)."""
-        if not self.tries(size):
-            return None
-        return self.compress_tried(pieces)
-
     def compress_tried(self, pieces: Sequence[Buffer]) -> bytes | None:
         """The compressed element held as `pieces`, or None if it did not pay; for an element
         `tries` said yes to (the CPU-heavy half, for a worker thread)."""
