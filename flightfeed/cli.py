@@ -56,6 +56,7 @@ from .flight.connection_limits import (
     default_max_connections,
 )
 from .flight.keepalive import KeepalivePolicy
+from .flight.listen import MAX_PORT
 from .flight.tuning import run
 from .plan.memory import DEFAULT_MEMORY_FRACTION, default_memory_limit, parse_memory_size
 from .tables_cli import add_tables_parser
@@ -232,6 +233,15 @@ def _non_negative_count(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    value = _non_negative_count(text)
+    if value > MAX_PORT:
+        raise argparse.ArgumentTypeError(
+            f"must be a port, 0-{MAX_PORT} (0: any free one), got {text}"
+        )
+    return value
+
+
 def _header_list_size(text: str) -> int:
     value = _non_negative_count(text)
     if value < 1024:
@@ -289,7 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="run a worker: an Arrow Flight server for tasks")
     worker.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    worker.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free)")
+    worker.add_argument(
+        "--port", type=_port, default=8000, help="port (default 8000; 0 = any free)"
+    )
     worker.add_argument(
         "--session-builder",
         default=None,
@@ -437,7 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a coordinator: a Flight service that queries a catalog of tables on workers",
     )
     coordinator.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
-    coordinator.add_argument("--port", type=int, default=8815, help="port (default 8815; 0 = any)")
+    coordinator.add_argument(
+        "--port", type=_port, default=8815, help="port (default 8815; 0 = any)"
+    )
     coordinator.add_argument(
         "--tables",
         required=True,
@@ -453,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     coordinator.add_argument(
         "--local-workers",
-        type=int,
+        type=_non_negative_count,
         default=0,
         metavar="N",
         help="start N workers in this process, on free ports",
@@ -485,7 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.set_defaults(func=_coordinator)
 
     demo = commands.add_parser("demo", help="run the main job on an embedded default")
-    demo.add_argument("--workers", type=int, default=2, help="local workers to start (default 2)")
+    demo.add_argument(
+        "--workers", type=_non_negative_count, default=2, help="local workers to start (default 2)"
+    )
     demo.add_argument(
         "--no-spark", action="store_true", help="skip the Spark pipeline (no Java needed)"
     )
@@ -502,10 +518,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         code: int = args.func(args)
-    except FlightfeedError as error:  # a user mistake (bad import path, bad config): no traceback
-        print(f"flightfeed: error: {error}", file=sys.stderr)
+    except BaseException as exc:
+        errors = user_errors(exc)
+        if errors is None:
+            raise  # a bug, or an interrupt: the traceback is worth seeing
+        for error in errors:
+            print(f"flightfeed: error: {error}", file=sys.stderr)
         return 2
     return code
+
+
+def user_errors(exc: BaseException) -> list[FlightfeedError] | None:
+    """The FlightfeedErrors `exc` is made of (a user's mistake: a bad import path, a port
+    taken, a bad config), through any exception groups the task groups wrapped them in; None
+    when any part of it is something else."""
+    if isinstance(exc, FlightfeedError):
+        return [exc]
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    found: list[FlightfeedError] = []
+    for part in exc.exceptions:
+        errors = user_errors(part)
+        if errors is None:
+            return None
+        found += errors
+    return found
 
 
 if __name__ == "__main__":

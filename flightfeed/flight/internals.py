@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -459,19 +458,6 @@ def close_connection(protocol: H2Protocol) -> None:
     protocol.processor.close()
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound IPv4 TCP socket for `Server.start(sock=...)`: its port is known before serving
-    (port 0 picks a free one) without asking the server's internals."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
 __all__ = [
     "CLASS_ATTRIBUTES",
     "INSTANCE_ATTRIBUTES",
@@ -485,7 +471,6 @@ __all__ = [
     "can_send_status",
     "close_connection",
     "connection_lost",
-    "listening_socket",
     "mark_request_ended",
     "method_name",
     "protocol_h2_connection",

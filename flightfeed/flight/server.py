@@ -42,8 +42,9 @@ from .codec import DEFAULT_MAX_DECODED_SIZE
 from .connection_limits import ConnectionLimits
 from .errors import PLAIN_ERRORS, ErrorMapping, StatusReply
 from .grpc import GrpcServer, RawBytes, parse_message
-from .internals import can_send_status, listening_socket, method_name, raw_stream
+from .internals import can_send_status, method_name, raw_stream
 from .keepalive import KeepalivePolicy
+from .listen import listening_socket
 from .log_limit import RateLimitedLogger
 from .schema import schema_to_ipc
 from .streams import FlightDataReader, FlightDataWriter
@@ -454,7 +455,7 @@ class FlightServer:
         return f"{scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
-        sock = listening_socket(self.host, self.port)
+        sock = await listening_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
         # grpclib's default backlog of 100 drops the SYNs of a burst of new connections while
         # the loop is busy, and their clients wait seconds to retry.

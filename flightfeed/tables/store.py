@@ -142,9 +142,16 @@ class TableStore:
         """Open (or create) the database; blocking."""
         path = None
         if data_dir is not None:
-            os.makedirs(data_dir, exist_ok=True)
             path = os.path.join(os.fspath(data_dir), DATABASE_FILE)
-        connection = duckdb.connect(path if path is not None else ":memory:")
+            try:
+                os.makedirs(data_dir, exist_ok=True)
+                connection = duckdb.connect(path)
+            except (OSError, duckdb.IOException) as exc:  # a path it may not write, a full disk
+                raise InvalidArgument(
+                    f"cannot keep tables in {os.fspath(data_dir)!r}: {exc}"
+                ) from None
+        else:
+            connection = duckdb.connect(":memory:")
         store = cls(connection, path)
         store._load()
         store._discard_abandoned_puts()

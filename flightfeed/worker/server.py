@@ -123,16 +123,18 @@ class Worker:
                 tables = await TableEngine.open(None if data_dir == ":memory:" else data_dir)
                 stack.push_async_callback(tables.aclose)
                 self.state.tables = tables
-            tg = await stack.enter_async_context(anyio.create_task_group())
-            stack.callback(tg.cancel_scope.cancel)
             if self._in_process:  # reachable by location from this process only
                 self.state.location = inprocess.register(self.handlers)
                 stack.callback(self.handlers.close)
                 stack.callback(inprocess.unregister, self.state.location)
             else:
-                await self._server.start()
+                await self._server.start()  # a port it cannot have fails here, as itself
                 stack.push_async_callback(self._server.close)
                 self.state.location = self._advertised_url or self._server.location
+            # Entered after the server started: a failure before is raised as it is, not in an
+            # ExceptionGroup. (Leaving, its tasks stop before the server closes.)
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)
             registry = self.state.registry
             tg.start_soon(registry.reap_idle, name="idle task reaper")
             if self.state.tables is not None:

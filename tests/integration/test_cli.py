@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -15,7 +17,8 @@ from helpers.worker_process import start_worker
 from helpers.worker_process import worker_process as live_worker
 
 from flightfeed._version import __version__
-from flightfeed.cli import build_parser, worker_config
+from flightfeed.cli import build_parser, user_errors, worker_config
+from flightfeed.errors import InvalidArgument, Unavailable
 from flightfeed.flight import KeepalivePolicy
 from flightfeed.flight.connection_limits import ConnectionLimits
 from flightfeed.flight.grpc import GrpcChannel
@@ -281,3 +284,78 @@ def test_peers_default_to_any_and_are_listed_by_peer() -> None:
     assert worker_config(build_parser().parse_args(["worker"])).peers is None
     argv = ["worker", "--peer", "grpc://a:1", "--peer", "grpc://b:2"]
     assert worker_config(build_parser().parse_args(argv)).peers == {"grpc://a:1", "grpc://b:2"}
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port another socket listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["worker"],
+        [
+            "coordinator",
+            "--tables",
+            "flightfeed.examples.chunk_scan:catalog",
+            "--local-workers",
+            "1",
+        ],
+    ],
+    ids=["worker", "coordinator"],
+)
+def test_a_port_taken_is_a_one_line_error(command: list[str], taken_port: int) -> None:
+    """It was an ExceptionGroup traceback ending in `OSError: [Errno 98]`."""
+    out = subprocess.run(
+        [sys.executable, "-m", "flightfeed.cli", *command, "--port", str(taken_port)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"flightfeed: error: cannot listen on 127.0.0.1:{taken_port}: Address already in use"
+    )
+
+
+@pytest.mark.parametrize("command", [["worker"], ["coordinator", "--tables", "m:c"]])
+@pytest.mark.parametrize("port", ["65536", "-1", "http"])
+def test_a_port_out_of_range_is_refused_by_the_parser(
+    command: list[str], port: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([*command, "--port", port])
+    assert exit_info.value.code == 2
+    assert "argument --port: must be" in capsys.readouterr().err
+
+
+def test_a_data_dir_it_cannot_create_is_a_one_line_error(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("")
+    out = subprocess.run(
+        [
+            *[sys.executable, "-m", "flightfeed.cli", "worker", "--port", "0"],
+            *["--data-dir", str(not_a_dir / "tables")],
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"flightfeed: error: cannot keep tables in '{not_a_dir}/tables':")
+    assert "Traceback" not in out.stderr
+
+
+def test_user_errors_are_found_through_exception_groups() -> None:
+    taken, bad = Unavailable("port taken"), InvalidArgument("bad option")
+    group = BaseExceptionGroup("startup", [taken, ExceptionGroup("inner", [bad])])
+    assert user_errors(group) == [taken, bad]
+    assert user_errors(BaseExceptionGroup("mixed", [taken, KeyError("a bug")])) is None
+    assert user_errors(KeyboardInterrupt()) is None

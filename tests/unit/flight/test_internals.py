@@ -26,6 +26,7 @@ from grpclib.const import Cardinality, Status
 from flightfeed.flight import internals
 from flightfeed.flight.grpc import GrpcChannel, GrpcServer, RawBytes
 from flightfeed.flight.h2buffer import StreamingFrameBuffer
+from flightfeed.flight.listen import listening_socket
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +60,7 @@ async def live_call() -> AsyncIterator[dict[str, Any]]:
     """A call in progress over a real connection, and the objects under it by class name."""
     service = _Echo()
     server = GrpcServer([service])
-    sock = internals.listening_socket("127.0.0.1", 0)
+    sock = await listening_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     await server.start(sock=sock)
     channel = GrpcChannel("127.0.0.1", port)
@@ -189,7 +190,7 @@ async def test_a_finished_call_leaves_its_connection_handler() -> None:
     service = _Echo()
     service.release.set()
     server = GrpcServer([service])
-    sock = internals.listening_socket("127.0.0.1", 0)
+    sock = await listening_socket("127.0.0.1", 0)
     await server.start(sock=sock)
     channel = GrpcChannel("127.0.0.1", sock.getsockname()[1])
     try:

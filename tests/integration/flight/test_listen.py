@@ -1,0 +1,66 @@
+"""A server that cannot have its address says which and why, and takes nothing with it."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from flightfeed.errors import InvalidArgument, Unavailable
+from flightfeed.flight.listen import listening_socket
+from flightfeed.worker import Worker
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port another socket listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+async def test_a_free_port_is_bound_before_serving() -> None:
+    sock = await listening_socket("localhost", 0)  # a name, resolved off the loop
+    try:
+        host, port = sock.getsockname()
+        assert host == "127.0.0.1"
+        assert port > 0
+    finally:
+        sock.close()
+
+
+async def test_a_port_taken_is_unavailable_naming_the_address(taken_port: int) -> None:
+    with pytest.raises(Unavailable, match=f"cannot listen on 127.0.0.1:{taken_port}: Address"):
+        await listening_socket("127.0.0.1", taken_port)
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "error", "says"),
+    [
+        ("127.0.0.1", 65536, InvalidArgument, "a port is 0-65535"),
+        ("127.0.0.1", -1, InvalidArgument, "a port is 0-65535"),
+        ("no-such-host.invalid", 0, Unavailable, "no-such-host.invalid:0"),
+        ("192.0.2.1", 0, Unavailable, "Cannot assign requested address"),  # not this machine's
+    ],
+)
+async def test_an_address_it_cannot_have_is_a_clear_error(
+    host: str, port: int, error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error, match=says):
+        await listening_socket(host, port)
+
+
+async def test_a_worker_on_a_taken_port_raises_the_error_itself(
+    taken_port: int,
+) -> None:
+    """Not an ExceptionGroup from the task group inside: the caller catches what it expects."""
+    worker = Worker(port=taken_port)
+    with pytest.raises(Unavailable, match=f"127.0.0.1:{taken_port}"):
+        async with worker:
+            pass
+    async with Worker(port=0) as other:
+        assert other.location.startswith("grpc://127.0.0.1:")
