@@ -5,6 +5,10 @@ known before serving (port 0 picks a free one). A port already taken, an address
 does not have or a host name that does not resolve are a user's mistake, not a bug: they become
 `Unavailable` (or `InvalidArgument` for a port out of range) naming the address, instead of an
 `OSError` traceback. The host name is resolved off the event loop, as `getaddrinfo` blocks.
+
+An IPv4 address is preferred when the host has one (as before IPv6 was taken), so a name such
+as `localhost` keeps listening where clients of its location look first; an IPv6 address (`::1`,
+or `::` for every interface of both families) is used when that is all the host is.
 """
 
 from __future__ import annotations
@@ -19,22 +23,20 @@ MAX_PORT = 65535
 
 
 async def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound IPv4 TCP socket on `host`:`port` for `Server.start(sock=...)`."""
-    where = f"{host}:{port}"
+    """A bound TCP socket on `host`:`port` for `Server.start(sock=...)` ("" is every IPv4
+    interface, as "0.0.0.0")."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if not 0 <= port <= MAX_PORT:
         raise InvalidArgument(f"cannot listen on {where}: a port is 0-{MAX_PORT} (0: any free one)")
     try:
         found = await anyio.getaddrinfo(
-            host or None,
-            port,
-            family=socket.AF_INET,
-            type=socket.SOCK_STREAM,
-            flags=socket.AI_PASSIVE,
+            host or "0.0.0.0", port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
-    except OSError as exc:  # socket.gaierror: the name does not resolve to an IPv4 address
+    except OSError as exc:  # socket.gaierror: the name does not resolve
         raise Unavailable(f"cannot listen on {where}: {exc.strerror or exc}") from None
-    address = found[0][4]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ipv4 = [entry for entry in found if entry[0] == socket.AF_INET]
+    family, _, _, _, address = (ipv4 or found)[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)

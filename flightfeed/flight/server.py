@@ -451,6 +451,8 @@ class FlightServer:
     @property
     def location(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        if ":" in host:  # an IPv6 address, bracketed as URLs have it
+            host = f"[{host}]"
         scheme = TLS_SCHEME if self.tls is not None else "grpc"
         return f"{scheme}://{host}:{self.port}"
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
+import anyio
+import pyarrow.flight as flight
 import pytest
 
 from flightfeed.errors import InvalidArgument, Unavailable
+from flightfeed.flight.client import FlightClient
 from flightfeed.flight.listen import listening_socket
 from flightfeed.worker import Worker
 
@@ -64,3 +67,29 @@ async def test_a_worker_on_a_taken_port_raises_the_error_itself(
             pass
     async with Worker(port=0) as other:
         assert other.location.startswith("grpc://127.0.0.1:")
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no IPv6 loopback")
+async def test_a_worker_on_an_ipv6_address_serves_both_clients_at_its_bracketed_location() -> None:
+    async with Worker(host="::1", port=0) as worker:
+        assert worker.location.startswith("grpc://[::1]:")
+        async with FlightClient(worker.location) as ours:
+            assert "count_rows" in {action.type for action in await ours.list_actions()}
+
+        def list_with_pyarrow() -> set[str]:
+            client = flight.connect(worker.location)
+            try:
+                return {action.type for action in client.list_actions()}
+            finally:
+                client.close()
+
+        assert "count_rows" in await anyio.to_thread.run_sync(list_with_pyarrow)
