@@ -233,6 +233,13 @@ def _non_negative_count(text: str) -> int:
     return value
 
 
+def _positive_count(text: str) -> int:
+    value = _non_negative_count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = _non_negative_count(text)
     if value > MAX_PORT:
@@ -500,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run the main job on an embedded default")
     demo.add_argument(
-        "--workers", type=_non_negative_count, default=2, help="local workers to start (default 2)"
+        "--workers", type=_positive_count, default=2, help="local workers to start (default 2)"
     )
     demo.add_argument(
         "--no-spark", action="store_true", help="skip the Spark pipeline (no Java needed)"

@@ -335,6 +335,23 @@ def test_a_port_out_of_range_is_refused_by_the_parser(
     assert "argument --port: must be" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--workers", "0"], "argument --workers: must be 1 or more, got 0"),
+        (["coordinator", "--tables", "m:c", "--local-workers", "-1"], "must be 0 or more, got -1"),
+    ],
+)
+def test_worker_counts_are_checked_by_the_parser(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`demo --workers 0` was a ZeroDivisionError traceback."""
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_a_data_dir_it_cannot_create_is_a_one_line_error(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "a-file"
     not_a_dir.write_text("")
