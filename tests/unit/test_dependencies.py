@@ -111,5 +111,6 @@ def test_the_check_sees_an_import_missing_from_the_core() -> None:
     tree = ast.parse("import anyio\nif True:\n    import pyspark.sql\n")
     imported = {module for _, module in _top_level_imports(tree)}
     assert imported == {"anyio", "pyspark"}
-    assert _distributions("pyspark") and not _distributions("pyspark") & core
+    assert _distributions("pyspark")
+    assert not _distributions("pyspark") & core
     assert _distributions("duckdb") & core  # a worker's tables: core since this test exists
