@@ -12,6 +12,15 @@ worker's durable tables, as DataFrames.
 Nothing else in flightfeed imports this package.
 """
 
+try:
+    import pyspark  # noqa: F401
+    import sqlglot  # noqa: F401
+except ImportError as missing:  # say what to install, not only what is missing
+    raise ModuleNotFoundError(
+        f"flightfeed.spark needs the spark extra: pip install 'flightfeed[spark]' ({missing})",
+        name=missing.name,
+    ) from missing
+
 from .pipelines import register_in_pipeline
 from .session import (
     check_python_workers,

@@ -12,6 +12,7 @@ the core dependencies (directly or through them), or, under `flightfeed/spark/`,
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +116,17 @@ def test_the_check_sees_an_import_missing_from_the_core() -> None:
     assert _distributions("pyspark")
     assert not _distributions("pyspark") & core
     assert _distributions("duckdb") & core  # a worker's tables: core since this test exists
+
+
+@pytest.mark.parametrize("missing", ["pyspark", "sqlglot"])
+def test_flightfeed_spark_without_its_extra_says_what_to_install(missing: str) -> None:
+    """Run where the extra's package cannot be imported (None in sys.modules blocks it)."""
+    program = f"import sys; sys.modules[{missing!r}] = None; import flightfeed.spark"
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError: flightfeed.spark needs the spark extra:")
+    assert "pip install 'flightfeed[spark]'" in last
+    assert missing in last
