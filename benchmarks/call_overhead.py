@@ -158,7 +158,7 @@ def frame_costs(calls: int, rounds: int) -> tuple[float, float]:
     async def alternate(channel: GrpcChannel) -> tuple[float, float]:
         async def call(path: str) -> None:
             async with channel.request(path, Cardinality.UNARY_STREAM, RawBytes, RawBytes) as st:
-                await st.send_message(b"go", end=True)
+                await st.send_message(RawBytes(b"go"), end=True)
                 received = [message async for message in st]
                 assert received == [FRAME_PAYLOAD] * FRAME_MESSAGES
 

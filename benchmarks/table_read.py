@@ -100,7 +100,7 @@ def reference_read(store: TableStore, batch_size: int) -> tuple[float, int]:
     return time.perf_counter() - began, rows
 
 
-def response_batches(data: bytes) -> list[pa.RecordBatch]:
+def response_batches(data: bytes | memoryview) -> list[pa.RecordBatch]:
     """The record batches of one ReadResponse, read from its bytes in place: the header (an
     error raises), then each payload element's IPC stream as pyarrow batches."""
     buf = memoryview(data)

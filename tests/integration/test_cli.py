@@ -283,7 +283,9 @@ def test_coordinator_without_workers_or_catalog_is_a_clear_error() -> None:
 def test_peers_default_to_any_and_are_listed_by_peer() -> None:
     assert worker_config(build_parser().parse_args(["worker"])).peers is None
     argv = ["worker", "--peer", "grpc://a:1", "--peer", "grpc://b:2"]
-    assert worker_config(build_parser().parse_args(argv)).peers == {"grpc://a:1", "grpc://b:2"}
+    assert worker_config(build_parser().parse_args(argv)).peers == frozenset(
+        {"grpc://a:1", "grpc://b:2"}
+    )
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ def test_every_command_over_tls_with_the_token(
     token_files: tuple[Path, Path],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    secured = ("--worker", tls_worker, "--tls-ca", str(certs.ca))
+    secured: tuple[str, ...] = ("--worker", tls_worker, "--tls-ca", str(certs.ca))
     secured += ("--auth-token-file", str(token_files[0]))
     code, out, err = tables(capsys, "create", *secured, "cpu", *COLUMNS)
     assert (code, err) == (0, ""), err
@@ -167,7 +167,7 @@ def test_mutual_tls_with_and_without_a_client_certificate(
     token_files: tuple[Path, Path],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    secured = ("--worker", mtls_worker, "--tls-ca", str(certs.ca))
+    secured: tuple[str, ...] = ("--worker", mtls_worker, "--tls-ca", str(certs.ca))
     secured += ("--auth-token-file", str(token_files[0]))
     client = ("--tls-cert", str(certs.client_cert), "--tls-key", str(certs.client_key))
     code, out, err = tables(capsys, "create", *secured, *client, "mem", *COLUMNS)

@@ -4,13 +4,16 @@ summed over the stage's tasks or task by task, with the feeds' latencies and pro
 from __future__ import annotations
 
 import re
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 from helpers.feed_scan import ESTIMATORS, feed_cluster
 
+from flightfeed.coordinator import Coordinator
 from flightfeed.errors import InvalidArgument
 from flightfeed.plan import ExecutionPlan, agg, plan_from
 from flightfeed.testing.feeds import UnitProvider, UnitScanEstimator, unit_scan
+from flightfeed.worker import Worker
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +35,7 @@ def rows_of(text: str, node: str) -> list[int]:
     ]
 
 
-def cluster():  # type: ignore[no-untyped-def]
+def cluster() -> AbstractAsyncContextManager[tuple[Coordinator, list[Worker]]]:
     return feed_cluster(task_estimators={**ESTIMATORS, "UnitScan": UnitScanEstimator(2)})
 
 

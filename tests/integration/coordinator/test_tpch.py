@@ -21,6 +21,7 @@ import pytest
 
 from flightfeed.plan import (
     ExecutionPlan,
+    Expr,
     ParquetScan,
     PlanBuilder,
     agg,
@@ -89,7 +90,7 @@ def duck(tpch_dir: Path, sql: str) -> pa.Table:
     return connection.sql(sql).to_arrow_table()
 
 
-def scan(tpch_dir: Path, table: str, columns: list[str], where: object = None) -> PlanBuilder:
+def scan(tpch_dir: Path, table: str, columns: list[str], where: Expr | None = None) -> PlanBuilder:
     node = ParquetScan.from_paths(
         str(tpch_dir / table), partitions=2, columns=columns, filter=where
     )

@@ -22,7 +22,11 @@ from flightfeed._generated.flightfeed.v1 import (
 )
 from flightfeed.feeds import FeedAssignment, FeedDispatcher, FeedInbox
 from flightfeed.plan import BUILTINS, TaskContext
-from flightfeed.protocol.channel_wire import decode_worker_message, encode_worker_message
+from flightfeed.protocol.channel_wire import (
+    EncodedTaskMetrics,
+    decode_worker_message,
+    encode_worker_message,
+)
 from flightfeed.testing.feeds import Waiters
 
 
@@ -91,7 +95,9 @@ async def feed_link(
         async def coordinator_receive() -> None:
             async with to_coord_recv:
                 async for raw in to_coord_recv:
-                    dispatcher.grant(decode_worker_message(raw, 1 << 20).feed_credits)
+                    message = decode_worker_message(raw, 1 << 20)
+                    assert not isinstance(message, EncodedTaskMetrics)  # credits, here
+                    dispatcher.grant(message.feed_credits)
                     link.waiters.check()
 
         tg.start_soon(worker_receive)
