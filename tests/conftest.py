@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -76,6 +77,15 @@ def pyarrow_server() -> Iterator[ReferenceServer]:
         server.shutdown()
         thread.join(timeout=30)
         assert not thread.is_alive(), "pyarrow Flight server did not shut down"
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port of 127.0.0.1 that another socket listens on (a server there cannot have it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
 
 
 LOOP_STALL_SECONDS = float(os.environ.get("FLIGHTFEED_TEST_LOOP_STALL", "0.5"))

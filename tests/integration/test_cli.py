@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -286,15 +285,6 @@ def test_peers_default_to_any_and_are_listed_by_peer() -> None:
     assert worker_config(build_parser().parse_args(argv)).peers == frozenset(
         {"grpc://a:1", "grpc://b:2"}
     )
-
-
-@pytest.fixture
-def taken_port() -> Iterator[int]:
-    """A port another socket listens on."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        yield holder.getsockname()[1]
 
 
 @pytest.mark.parametrize(

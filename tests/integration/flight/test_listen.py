@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 
 import anyio
 import pyarrow.flight as flight
@@ -15,15 +14,6 @@ from flightfeed.flight.listen import listening_socket
 from flightfeed.worker import Worker
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def taken_port() -> Iterator[int]:
-    """A port another socket listens on."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        yield holder.getsockname()[1]
 
 
 async def test_a_free_port_is_bound_before_serving() -> None:
