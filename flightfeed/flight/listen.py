@@ -6,9 +6,9 @@ does not have or a host name that does not resolve are a user's mistake, not a b
 `Unavailable` (or `InvalidArgument` for a port out of range) naming the address, instead of an
 `OSError` traceback. The host name is resolved off the event loop, as `getaddrinfo` blocks.
 
-An IPv4 address is preferred when the host has one (as before IPv6 was taken), so a name such
-as `localhost` keeps listening where clients of its location look first; an IPv6 address (`::1`,
-or `::` for every interface of both families) is used when that is all the host is.
+An IPv4 address is preferred when the host has one, so a name such as `localhost` listens where
+the clients of its location have always found it; an IPv6 address (`::1`, or `::` for every
+interface) is used when the host has no other.
 """
 
 from __future__ import annotations
