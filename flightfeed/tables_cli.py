@@ -525,6 +525,8 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
     else:
         for name, _ in found:
             ctx.print(str(name))
+        if not found:  # said on stderr: stdout stays a list of names, empty
+            print(f"no tables on {ctx.worker}", file=sys.stderr, flush=True)
     return OK
 
 

@@ -161,6 +161,17 @@ def test_arrow_type_names_flags_timestamp_key_and_ttl(
     assert info["options"] == {"enable_ttl": "true", "ttl": "7d", "update_mode": "OVERWRITE"}
 
 
+def test_list_of_a_worker_without_tables_says_so_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It printed nothing at all, as if the command had not reached the worker."""
+    with live_worker("--data-dir", str(tmp_path)) as (_, location):
+        code, out, err = tables(capsys, "list", "--worker", location)
+        assert (code, out, err) == (0, "", f"no tables on {location}\n")
+        code, out, err = tables(capsys, "list", "--worker", location, "--json")
+        assert (code, json.loads(out), err) == (0, [], "")
+
+
 def test_list_names_every_table(worker: str, capsys: pytest.CaptureFixture[str]) -> None:
     create(capsys, worker, "listed_a")
     create(capsys, worker, "a.b.listed_b")
