@@ -46,6 +46,7 @@ from ._version import __version__
 from .cli_security import auth, client_tls, own_token, server_tls
 from .coordinator.admission import DEFAULT_MAX_CONCURRENT_QUERIES
 from .errors import FlightfeedError, InvalidArgument
+from .flight.client import parse_location
 from .flight.connection_limits import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -249,6 +250,15 @@ def _port(text: str) -> int:
     return value
 
 
+def _location(text: str) -> str:
+    """A Flight location, checked here and kept as written (peers are matched as named)."""
+    try:
+        parse_location(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
 def _header_list_size(text: str) -> int:
     value = _non_negative_count(text)
     if value < 1024:
@@ -316,7 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="import path of an async SessionBuilder, e.g. mypkg.sessions:build",
     )
     worker.add_argument(
-        "--advertise", default=None, metavar="URL", help="URL other processes reach this worker at"
+        "--advertise",
+        type=_location,
+        default=None,
+        metavar="URL",
+        help="URL other processes reach this worker at",
     )
     default_keepalive = WorkerConfig().keepalive
     assert default_keepalive is not None
@@ -371,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--peer",
         action="append",
+        type=_location,
         default=[],
         metavar="URL",
         help="a worker this one's tasks may read from, as the coordinator names it (repeatable;"
@@ -468,6 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument(
         "--worker",
         action="append",
+        type=_location,
         default=[],
         metavar="URL",
         help="a worker's grpc://host:port (repeat for each worker)",

@@ -72,12 +72,16 @@ def parse_location(location: str) -> tuple[str, int]:
     """`grpc://host:port` (or grpc+tcp://, grpc+tls://, or bare host:port) → (host, port)."""
     url = urlparse(location if "://" in location else f"grpc://{location}")
     schemes = ("grpc", "grpc+tcp", TLS_SCHEME)
-    if url.scheme not in schemes or not url.hostname or url.port is None:
+    try:
+        port = url.port
+    except ValueError:  # not a number, or past 65535
+        port = None
+    if url.scheme not in schemes or not url.hostname or port is None:
         raise InvalidArgument(
             f"unsupported Flight location {location!r}: want grpc://host:port or"
             " grpc+tls://host:port"
         )
-    return url.hostname, url.port
+    return url.hostname, port
 
 
 def path_descriptor(*path: str) -> FlightDescriptor:

@@ -344,6 +344,31 @@ def test_worker_counts_are_checked_by_the_parser(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", "--peer", "nonsense"],
+        ["worker", "--advertise", "http://host:8000"],
+        ["worker", "--advertise", "grpc://host:99999"],
+        ["coordinator", "--tables", "m:c", "--worker", "grpc://host"],
+    ],
+)
+def test_locations_are_checked_by_the_parser(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed --peer or --advertise was accepted and could never match or be reached."""
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert "unsupported Flight location" in capsys.readouterr().err
+
+
+def test_well_formed_locations_are_kept_as_written() -> None:
+    argv = ["worker", "--peer", "grpc://a:1", "--peer", "b:2", "--advertise", "grpc://[::1]:8000"]
+    args = build_parser().parse_args(argv)
+    assert (args.peer, args.advertise) == (["grpc://a:1", "b:2"], "grpc://[::1]:8000")
+
+
 def test_a_data_dir_it_cannot_create_is_a_one_line_error(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "a-file"
     not_a_dir.write_text("")
