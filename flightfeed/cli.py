@@ -37,7 +37,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -234,13 +234,6 @@ def _non_negative_count(text: str) -> int:
     return value
 
 
-def _positive_count(text: str) -> int:
-    value = _non_negative_count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
-    return value
-
-
 def _port(text: str) -> int:
     value = _non_negative_count(text)
     if value > MAX_PORT:
@@ -259,11 +252,20 @@ def _location(text: str) -> str:
     return text
 
 
-def _header_list_size(text: str) -> int:
-    value = _non_negative_count(text)
-    if value < 1024:
-        raise argparse.ArgumentTypeError(f"must be at least 1024 bytes, got {text}")
-    return value
+def _count_at_least(minimum: int, message: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum` ("must be {message}, got ...")."""
+
+    def parse(text: str) -> int:
+        value = _non_negative_count(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {message}, got {text}")
+        return value
+
+    return parse
+
+
+_positive_count = _count_at_least(1, "1 or more")
+_header_list_size = _count_at_least(1024, "at least 1024 bytes")
 
 
 def _non_negative_rate(text: str) -> float:
