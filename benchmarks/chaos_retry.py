@@ -43,6 +43,11 @@ others stay for the next trial, and so does the coordinator.
   partition re-reads, and the median trial time against the median no-failure held read
   (`--warmup` of them, measured first). Target: at least 95% exact, none wrong.
 
+RESULT lines, each ratio meeting its target at or above it, as in every benchmark here: the
+exact trials of each mode (target 0.95), the slowest SIGSTOP detection as 10 s over it (target
+1), and a retry's median extra time as the no-failure query's time over a retried query's (no
+target: 1 would be a retry that costs nothing).
+
 Exit code 1 if any trial returned a wrong result.
 
 Run: python benchmarks/chaos_retry.py [--trials 100] [--stop-trials 10] [--held-trials 30]
@@ -930,7 +935,9 @@ def main() -> None:
         )
         extra = [trial.seconds - baseline for trial in kill if trial.retried_exact]
         value = median(extra) if extra else float("nan")
-        lines.append(result_line("chaos_retry_extra", value, "s", value / baseline, 1.0))
+        # No target: the no-failure query's time over a retried one's (1: a retry costs nothing).
+        ratio = baseline / (baseline + value)
+        lines.append(result_line("chaos_retry_extra", value, "s", ratio, 1.0))
     if stop:
         summarize("stop", stop, baseline)
         exact = sum(1 for trial in stop if trial.outcome == "exact")
@@ -939,7 +946,8 @@ def main() -> None:
         )
         detections = [trial.detection for trial in stop if trial.detection is not None]
         worst = max(detections) if detections else float("nan")
-        lines.append(result_line("chaos_sigstop_detect", worst, "s", worst / DETECTION_TARGET, 1.0))
+        ratio = DETECTION_TARGET / worst  # (≥ 1: the slowest detection within the bound)
+        lines.append(result_line("chaos_sigstop_detect", worst, "s", ratio, 1.0))
     if results.held:
         summarize_held(results.held, results.held_baseline)
         exact = sum(1 for trial in results.held if trial.outcome == "exact")
