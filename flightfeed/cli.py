@@ -38,7 +38,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
@@ -67,6 +67,9 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 log = logging.getLogger("flightfeed")
+
+INTERRUPTED: Final = 128 + signal.SIGINT
+"""The exit status after Ctrl-C, as shells report a process that SIGINT ended."""
 
 
 def worker_config(args: argparse.Namespace) -> WorkerConfig:
@@ -543,10 +546,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         code: int = args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C: what was running was cancelled, nothing went wrong
+        print("flightfeed: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except BaseException as exc:
         errors = user_errors(exc)
         if errors is None:
-            raise  # a bug, or an interrupt: the traceback is worth seeing
+            raise  # a bug: the traceback is worth seeing
         for error in errors:
             print(f"flightfeed: error: {error}", file=sys.stderr)
         return 2

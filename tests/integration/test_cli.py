@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from helpers.worker_process import start_worker
 from helpers.worker_process import worker_process as live_worker
 
+from flightfeed import cli
 from flightfeed._version import __version__
 from flightfeed.cli import build_parser, user_errors, worker_config
 from flightfeed.errors import InvalidArgument, Unavailable
@@ -393,3 +395,45 @@ def test_user_errors_are_found_through_exception_groups() -> None:
     assert user_errors(group) == [taken, bad]
     assert user_errors(BaseExceptionGroup("mixed", [taken, KeyError("a bug")])) is None
     assert user_errors(KeyboardInterrupt()) is None
+
+
+def test_an_interrupt_is_one_line_and_status_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_demo", interrupted)
+    try:
+        code = cli.main(["demo", "--no-spark"])
+    except KeyboardInterrupt:  # (uncaught, it would stop the whole test run)
+        pytest.fail("main let the interrupt through")
+    assert code == 130
+    assert capsys.readouterr().err == "flightfeed: interrupted\n"
+
+
+def test_ctrl_c_while_waiting_on_a_worker_ends_without_a_traceback() -> None:
+    """A real SIGINT, sent once the command has connected to a "worker" that never answers
+    (a listening socket nobody serves), so it lands while the command waits."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        proc = subprocess.Popen(
+            [
+                *[sys.executable, "-m", "flightfeed.cli", "tables", "list"],
+                *["--worker", f"grpc://127.0.0.1:{port}", "--timeout", "60"],
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            silent.settimeout(60)
+            connection, _ = silent.accept()  # the command is in its call now
+            with connection:
+                proc.send_signal(signal.SIGINT)
+                _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "flightfeed: interrupted"
+    assert "Traceback" not in err
