@@ -68,6 +68,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flightfeed")
 
+DESCRIPTION: Final = (
+    "Distributed query execution on Arrow Flight workers, over work discovered while a query"
+    " runs. Start with `flightfeed demo`."
+)
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 INTERRUPTED: Final = 128 + signal.SIGINT
 """The exit status after Ctrl-C, as shells report a process that SIGINT ended."""
 
@@ -311,9 +316,16 @@ def _add_tls_arguments(parser: argparse.ArgumentParser, who: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flightfeed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="flightfeed", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"flightfeed {__version__}")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        metavar="LEVEL",
+        help=f"{', '.join(LOG_LEVELS).lower()} (default info)",
+    )
     parser.add_argument(
         "--no-uvloop", action="store_true", help="run on the stock asyncio loop instead of uvloop"
     )
@@ -542,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
         code: int = args.func(args)

@@ -365,6 +365,25 @@ def test_locations_are_checked_by_the_parser(
     assert "unsupported Flight location" in capsys.readouterr().err
 
 
+def test_log_levels_are_checked_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown level was a ValueError traceback from logging, after the parse."""
+    assert build_parser().parse_args(["--log-level", "warning", "demo"]).log_level == "WARNING"
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--log-level", "verbose", "demo"])
+    assert exit_info.value.code == 2
+    assert "argument --log-level: invalid choice: 'VERBOSE'" in capsys.readouterr().err
+
+
+def test_help_says_what_flightfeed_is_and_where_to_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Distributed query execution on Arrow Flight workers" in text
+    assert "Start with `flightfeed demo`." in text
+
+
 def test_well_formed_locations_are_kept_as_written() -> None:
     argv = ["worker", "--peer", "grpc://a:1", "--peer", "b:2", "--advertise", "grpc://[::1]:8000"]
     args = build_parser().parse_args(argv)
