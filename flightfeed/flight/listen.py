@@ -13,6 +13,7 @@ interface) is used when the host has no other.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 
 import anyio
@@ -39,6 +40,8 @@ async def listening_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and address[0] == "::":
+            _dual_stack(sock)
         sock.bind(address)
     except OSError as exc:
         sock.close()
@@ -46,4 +49,22 @@ async def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-__all__ = ["MAX_PORT", "listening_socket"]
+def _dual_stack(sock: socket.socket) -> None:
+    """Every interface means IPv4 ones too, whatever the system's default (Linux's
+    net.ipv6.bindv6only, which some systems set to 1). Where the system refuses, IPv6 alone is
+    served (`local_address` then says ::1)."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+
+
+def local_address(sock: socket.socket) -> str:
+    """The loopback address a client on this machine reaches a socket bound to every
+    interface through: 127.0.0.1 where it takes IPv4, ::1 where it is IPv6 alone."""
+    if sock.family != socket.AF_INET6:
+        return "127.0.0.1"
+    if sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY):
+        return "::1"
+    return "127.0.0.1"
+
+
+__all__ = ["MAX_PORT", "listening_socket", "local_address"]

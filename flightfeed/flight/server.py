@@ -44,7 +44,7 @@ from .errors import PLAIN_ERRORS, ErrorMapping, StatusReply
 from .grpc import GrpcServer, RawBytes, parse_message
 from .internals import can_send_status, method_name, raw_stream
 from .keepalive import KeepalivePolicy
-from .listen import listening_socket
+from .listen import listening_socket, local_address
 from .log_limit import RateLimitedLogger
 from .schema import schema_to_ipc
 from .streams import FlightDataReader, FlightDataWriter
@@ -442,6 +442,8 @@ class FlightServer:
             auth=auth,
         )
         self._started = False
+        self._local_address = "127.0.0.1"
+        """How a local client reaches a server on every interface (set once it listens)."""
 
     @property
     def calls(self) -> CallCount:
@@ -450,7 +452,7 @@ class FlightServer:
 
     @property
     def location(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        host = self._local_address if self.host in ("0.0.0.0", "", "::") else self.host
         if ":" in host:  # an IPv6 address, bracketed as URLs have it
             host = f"[{host}]"
         scheme = TLS_SCHEME if self.tls is not None else "grpc"
@@ -459,6 +461,7 @@ class FlightServer:
     async def start(self) -> None:
         sock = await listening_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
+        self._local_address = local_address(sock)
         # grpclib's default backlog of 100 drops the SYNs of a burst of new connections while
         # the loop is busy, and their clients wait seconds to retry.
         await self._grpc.start(sock=sock, backlog=LISTEN_BACKLOG, ssl=self._ssl)

@@ -10,7 +10,7 @@ import pytest
 
 from flightfeed.errors import InvalidArgument, Unavailable
 from flightfeed.flight.client import FlightClient
-from flightfeed.flight.listen import listening_socket
+from flightfeed.flight.listen import listening_socket, local_address
 from flightfeed.worker import Worker
 
 pytestmark = pytest.mark.anyio
@@ -83,3 +83,24 @@ async def test_a_worker_on_an_ipv6_address_serves_both_clients_at_its_bracketed_
                 client.close()
 
         assert "count_rows" in await anyio.to_thread.run_sync(list_with_pyarrow)
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no IPv6 loopback")
+async def test_every_interface_in_ipv6_takes_ipv4_clients_too() -> None:
+    """`--host ::` served IPv4 only where the system's default made IPv6 sockets dual-stack,
+    while its location said 127.0.0.1 regardless."""
+    sock = await listening_socket("::", 0)
+    with sock:
+        assert sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0
+        assert local_address(sock) == "127.0.0.1"
+        sock.listen()
+        with socket.create_connection(("127.0.0.1", sock.getsockname()[1]), timeout=10):
+            pass
+
+
+def test_an_ipv6_only_socket_is_reached_on_the_ipv6_loopback() -> None:
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        assert local_address(sock) == "::1"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        assert local_address(sock) == "127.0.0.1"
