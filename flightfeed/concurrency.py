@@ -1,6 +1,6 @@
 """The event loop's shared helpers: `off_loop`, which every layer uses to move CPU work off it,
-`read_ahead`, which runs a blocking source on a thread of its own, and `Signal`, the wake-up
-every layer uses to wait for a change.
+`read_ahead`, which runs a blocking source on a thread of its own, `Signal`, the wake-up
+every layer uses to wait for a change, and `one_at_a_time`, for a stream with several senders.
 
 A callback that runs long on the event loop stops every other stream the process serves, so
 decoding a large plan or control message, say, runs on a worker thread; small inputs stay
@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Final, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -140,3 +140,18 @@ class Signal:
         if self._event is None:
             self._event = anyio.Event()
         await self._event.wait()
+
+
+def one_at_a_time(
+    send: Callable[[T], Awaitable[None]],
+) -> Callable[[T], Coroutine[Any, Any, None]]:
+    """`send` for several concurrent senders, one message at a time. grpclib writes a message
+    in pieces of the peer's frame size and can wait between two pieces (while the transport is
+    paused); another sender's message written in that gap would corrupt both on the wire."""
+    lock = anyio.Lock(fast_acquire=True)  # (uncontended, no event-loop turn)
+
+    async def send_one(message: T) -> None:
+        async with lock:
+            await send(message)
+
+    return send_one

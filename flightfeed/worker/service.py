@@ -17,7 +17,7 @@ from .._generated.flightfeed.v1 import (
     GetWorkerInfoResponse,
     WorkerToCoordinatorMsg,
 )
-from ..concurrency import off_loop
+from ..concurrency import off_loop, one_at_a_time
 from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes, parse_message
 from ..flight.server import (
@@ -65,8 +65,9 @@ class WorkerService:
         async def send(message: WorkerToCoordinatorMsg) -> None:
             await stream.send_message(encode_worker_message(message))
 
+        # Credits, partitions read and the metrics report are sent by separate tasks.
         await self.handlers.coordinator_channel(
-            request_headers(ctx), inbound(), send, stream.send_initial_metadata
+            request_headers(ctx), inbound(), one_at_a_time(send), stream.send_initial_metadata
         )
 
     async def _execute_task(
