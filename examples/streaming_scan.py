@@ -18,20 +18,39 @@ import sys
 import tempfile
 import uuid
 
+from flightfeed.cli_types import non_negative_seconds, positive_count
+
 SEED_ARGUMENTS = '[2, "3,1", "2", "4", "1,1"]'
+
+
+def json_list(text: str) -> list[object]:
+    """The scan's arguments: a JSON list, or the parser's one-line error."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from None
+    if not isinstance(value, list):
+        raise argparse.ArgumentTypeError(f"not a JSON list: {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--args", default=SEED_ARGUMENTS, help="scan's arguments, a JSON list")
-    parser.add_argument("--chunk-delay", type=float, default=1.0, help="seconds per chunk (1)")
+    parser.add_argument(
+        "--args", type=json_list, default=SEED_ARGUMENTS, help="scan's arguments, a JSON list"
+    )
+    parser.add_argument(
+        "--chunk-delay", type=non_negative_seconds, default=1.0, help="seconds per chunk (1)"
+    )
     parser.add_argument("--trigger", default="1 second", help="processing-time trigger")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--master", help="Spark master URL (default local[2])")
     where.add_argument("--remote", help="Spark Connect server, sc://host:port")
-    parser.add_argument("--workers", type=int, default=2, help="local flightfeed workers (2)")
+    parser.add_argument(
+        "--workers", type=positive_count, default=2, help="local flightfeed workers (2)"
+    )
     args = parser.parse_args(argv)
-    arguments = json.loads(args.args)
+    arguments = args.args
 
     from flightfeed.cluster import serve_in_background
     from flightfeed.coordinator import table_command

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flightfeed.cli_types import positive_count
 from flightfeed.cluster import serve_in_background
 from flightfeed.examples.chunk_scan import catalog
 
@@ -33,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--master", help="Spark master URL (default local[2])")
     where.add_argument("--remote", help="Spark Connect server, sc://host:port")
-    parser.add_argument("--workers", type=int, default=4, help="local flightfeed workers (4)")
+    parser.add_argument(
+        "--workers", type=positive_count, default=4, help="local flightfeed workers (4)"
+    )
     args = parser.parse_args(argv)
 
     from flightfeed.spark import error_message, explain, spark_session, sql

@@ -37,16 +37,26 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Final
 
 import anyio
 
 from ._version import __version__
 from .cli_security import auth, client_tls, own_token, server_tls
+from .cli_types import (
+    count_at_least,
+    location,
+    memory_size,
+    non_negative_count,
+    non_negative_rate,
+    non_negative_seconds,
+    port,
+    positive_count,
+    positive_seconds,
+)
 from .coordinator.admission import DEFAULT_MAX_CONCURRENT_QUERIES
 from .errors import FlightfeedError, InvalidArgument
-from .flight.client import parse_location
 from .flight.connection_limits import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
@@ -57,9 +67,8 @@ from .flight.connection_limits import (
     default_max_connections,
 )
 from .flight.keepalive import KeepalivePolicy
-from .flight.listen import MAX_PORT
 from .flight.tuning import run
-from .plan.memory import DEFAULT_MEMORY_FRACTION, default_memory_limit, parse_memory_size
+from .plan.memory import DEFAULT_MEMORY_FRACTION, default_memory_limit
 from .tables_cli import add_tables_parser
 from .worker.config import WorkerConfig
 
@@ -211,86 +220,7 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if pipeline_ok and core == 0 else 1
 
 
-def _seconds(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-
-
-def _non_negative_seconds(text: str) -> float:
-    value = _seconds(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    value = _seconds(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
-    return value
-
-
-def _non_negative_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _non_negative_count(text)
-    if value > MAX_PORT:
-        raise argparse.ArgumentTypeError(
-            f"must be a port, 0-{MAX_PORT} (0: any free one), got {text}"
-        )
-    return value
-
-
-def _location(text: str) -> str:
-    """A Flight location, checked here and kept as written (peers are matched as named)."""
-    try:
-        parse_location(text)
-    except InvalidArgument as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    return text
-
-
-def _count_at_least(minimum: int, message: str) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least `minimum` ("must be {message}, got ...")."""
-
-    def parse(text: str) -> int:
-        value = _non_negative_count(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {message}, got {text}")
-        return value
-
-    return parse
-
-
-_positive_count = _count_at_least(1, "1 or more")
-_header_list_size = _count_at_least(1024, "at least 1024 bytes")
-
-
-def _non_negative_rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be bytes per second, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more bytes per second, got {text}")
-    return value
-
-
-def _memory_size(text: str) -> int:
-    try:
-        return parse_memory_size(text)
-    except InvalidArgument as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
+_header_list_size = count_at_least(1024, "at least 1024 bytes")
 
 
 def _add_tls_arguments(parser: argparse.ArgumentParser, who: str) -> None:
@@ -333,9 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="run a worker: an Arrow Flight server for tasks")
     worker.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    worker.add_argument(
-        "--port", type=_port, default=8000, help="port (default 8000; 0 = any free)"
-    )
+    worker.add_argument("--port", type=port, default=8000, help="port (default 8000; 0 = any free)")
     worker.add_argument(
         "--session-builder",
         default=None,
@@ -344,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--advertise",
-        type=_location,
+        type=location,
         default=None,
         metavar="URL",
         help="URL other processes reach this worker at",
@@ -353,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     assert default_keepalive is not None
     worker.add_argument(
         "--keepalive",
-        type=_non_negative_seconds,
+        type=non_negative_seconds,
         default=default_keepalive.interval,
         metavar="SECONDS",
         help="ping a caller whose calls went quiet this long, to cancel the tasks of callers "
@@ -361,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--keepalive-timeout",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=default_keepalive.timeout,
         metavar="SECONDS",
         help=f"drop a caller that sends nothing this long after a ping "
@@ -369,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--plan-wait-timeout",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=WorkerConfig().plan_wait_timeout,
         metavar="SECONDS",
         help="how long an ExecuteTask waits for its task's plan "
@@ -377,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--fanout-claim-timeout",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=WorkerConfig().fanout_claim_timeout,
         metavar="SECONDS",
         help="drop an output of a repartition or broadcast head that no consumer opened this "
@@ -385,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--memory-limit",
-        type=_memory_size,
+        type=memory_size,
         default=default_memory_limit(),
         metavar="SIZE",
         help="memory the worker's tasks may hold at once, as bytes, 512MiB, 4GiB or a share of"
@@ -402,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--peer",
         action="append",
-        type=_location,
+        type=location,
         default=[],
         metavar="URL",
         help="a worker this one's tasks may read from, as the coordinator names it (repeatable;"
@@ -411,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--shutdown-grace",
         "--drain-timeout",
-        type=_non_negative_seconds,
+        type=non_negative_seconds,
         default=30.0,
         metavar="SECONDS",
         help="on SIGTERM or SIGINT, how long running tasks may take to finish while new ones"
@@ -434,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tls_arguments(worker, "worker")
     worker.add_argument(
         "--handshake-timeout",
-        type=_non_negative_seconds,
+        type=non_negative_seconds,
         default=DEFAULT_HANDSHAKE_TIMEOUT,
         metavar="SECONDS",
         help="close a connection that has not sent the HTTP/2 preface this long after "
@@ -442,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--max-connections",
-        type=_non_negative_count,
+        type=non_negative_count,
         default=0,
         metavar="N",
         help="connections served at once; more are closed on arrival (default or 0: half the "
@@ -458,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--min-receive-rate",
-        type=_non_negative_rate,
+        type=non_negative_rate,
         default=DEFAULT_MIN_RECEIVE_RATE,
         metavar="BYTES_PER_SECOND",
         help="a request message, frame or header block that started arriving must keep coming "
@@ -467,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--receive-grace",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=DEFAULT_RECEIVE_GRACE,
         metavar="SECONDS",
         help="time anything that started arriving gets before --min-receive-rate counts "
@@ -475,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--idle-timeout",
-        type=_non_negative_seconds,
+        type=non_negative_seconds,
         default=DEFAULT_IDLE_TIMEOUT,
         metavar="SECONDS",
         help="close a connection without calls for this long; clients reconnect "
@@ -488,9 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a coordinator: a Flight service that queries a catalog of tables on workers",
     )
     coordinator.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
-    coordinator.add_argument(
-        "--port", type=_port, default=8815, help="port (default 8815; 0 = any)"
-    )
+    coordinator.add_argument("--port", type=port, default=8815, help="port (default 8815; 0 = any)")
     coordinator.add_argument(
         "--tables",
         required=True,
@@ -500,28 +426,28 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument(
         "--worker",
         action="append",
-        type=_location,
+        type=location,
         default=[],
         metavar="URL",
         help="a worker's grpc://host:port (repeat for each worker)",
     )
     coordinator.add_argument(
         "--local-workers",
-        type=_non_negative_count,
+        type=non_negative_count,
         default=0,
         metavar="N",
         help="start N workers in this process, on free ports",
     )
     coordinator.add_argument(
         "--query-ttl",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=300.0,
         metavar="SECONDS",
         help="release a query nobody read for this long (default 300)",
     )
     coordinator.add_argument(
         "--max-concurrent-queries",
-        type=_non_negative_count,
+        type=non_negative_count,
         default=DEFAULT_MAX_CONCURRENT_QUERIES,
         metavar="N",
         help="queries run at once; the others wait in a queue (default "
@@ -529,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     coordinator.add_argument(
         "--max-queued-queries",
-        type=_non_negative_count,
+        type=non_negative_count,
         default=None,
         metavar="N",
         help="queries that may wait for admission; more are refused with RESOURCE_EXHAUSTED "
@@ -540,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run the main job on an embedded default")
     demo.add_argument(
-        "--workers", type=_positive_count, default=2, help="local workers to start (default 2)"
+        "--workers", type=positive_count, default=2, help="local workers to start (default 2)"
     )
     demo.add_argument(
         "--no-spark", action="store_true", help="skip the Spark pipeline (no Java needed)"

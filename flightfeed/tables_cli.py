@@ -74,6 +74,7 @@ from ._generated.remote_engine import (
 )
 from ._generated.schema import DataType
 from .cli_security import client_tls
+from .cli_types import positive_seconds
 from .errors import FlightfeedError, InvalidArgument, NotFound, RemoteError, Unauthenticated
 from .flight.auth import bearer, read_tokens
 from .flight.client import FlightClient, parse_location
@@ -701,16 +702,6 @@ def run_tables(args: argparse.Namespace) -> int:
 # --- the parser ------------------------------------------------------------------------------
 
 
-def _timeout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
-    return value
-
-
 def _version(text: str) -> int:
     try:
         value = int(text)
@@ -756,7 +747,7 @@ def add_tables_parser(commands: Any) -> None:
     )
     common.add_argument(
         "--timeout",
-        type=_timeout,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"the longest wait for each of the worker's answers (default {DEFAULT_TIMEOUT:g})",

@@ -1,0 +1,110 @@
+"""The argparse types of the command line: each turns a flag's text into its value, or into
+the parser's one-line error (`flightfeed: error: argument --port: must be a port, ...`) before
+anything starts. Shared by `flightfeed` and its `tables` commands, and by scripts such as the
+examples."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from .errors import InvalidArgument
+from .flight.client import parse_location
+from .flight.listen import MAX_PORT
+from .plan.memory import parse_memory_size
+
+
+def seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+
+
+def non_negative_seconds(text: str) -> float:
+    value = seconds(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = seconds(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
+def non_negative_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def count_at_least(minimum: int, message: str) -> Callable[[str], int]:
+    """A whole number of at least `minimum` ("must be {message}, got ...")."""
+
+    def parse(text: str) -> int:
+        value = non_negative_count(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {message}, got {text}")
+        return value
+
+    return parse
+
+
+positive_count = count_at_least(1, "1 or more")
+
+
+def port(text: str) -> int:
+    value = non_negative_count(text)
+    if value > MAX_PORT:
+        raise argparse.ArgumentTypeError(
+            f"must be a port, 0-{MAX_PORT} (0: any free one), got {text}"
+        )
+    return value
+
+
+def location(text: str) -> str:
+    """A Flight location, checked here and kept as written (peers are matched as named)."""
+    try:
+        parse_location(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
+def non_negative_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be bytes per second, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more bytes per second, got {text}")
+    return value
+
+
+def memory_size(text: str) -> int:
+    """A size such as 4GiB, 512MB or 10%."""
+    try:
+        return parse_memory_size(text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+__all__ = [
+    "count_at_least",
+    "location",
+    "memory_size",
+    "non_negative_count",
+    "non_negative_rate",
+    "non_negative_seconds",
+    "port",
+    "positive_count",
+    "positive_seconds",
+    "seconds",
+]
