@@ -194,6 +194,10 @@ def load_catalog(path: str) -> Catalog:
         target: object = importlib.import_module(module_name)
     except ImportError as exc:
         raise InvalidArgument(f"catalog {path!r}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed as it was imported
+        raise InvalidArgument(
+            f"catalog {path!r}: importing {module_name!r} failed: {exc!r}"
+        ) from exc
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
@@ -202,7 +206,26 @@ def load_catalog(path: str) -> Catalog:
                 f"catalog {path!r}: {module_name!r} has no {attribute!r}"
             ) from None
     if callable(target) and not isinstance(target, Catalog):
-        target = target()
+        target = _call_factory(path, target)
     if not isinstance(target, Catalog):
         raise InvalidArgument(f"catalog {path!r} is a {type(target).__name__}, not a Catalog")
     return target
+
+
+def _call_factory(path: str, factory: Callable[..., object]) -> object:
+    """What a catalog function returns; InvalidArgument when it needs arguments or fails."""
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise InvalidArgument(
+            f"catalog {path!r} is a function that takes arguments: give a Catalog, or a function"
+            " of no arguments that returns one"
+        ) from None
+    except ValueError:  # no signature to look at (some builtins): calling it will tell
+        pass
+    try:
+        return factory()
+    except FlightfeedError:
+        raise  # (says what is wrong already)
+    except Exception as exc:
+        raise InvalidArgument(f"catalog {path!r}: calling it failed: {exc!r}") from exc
