@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Callable
 
 from ..errors import InvalidArgument
 from .builder import SessionBuilder, as_session_builder
@@ -52,4 +54,19 @@ def load_session_builder(path: str) -> SessionBuilder:
             f"session builder {path!r} is a {type(target).__name__}, not a function or an"
             " object with an async build(ctx) method"
         )
+    if not isinstance(target, SessionBuilder) and not _takes_one_argument(target):
+        raise InvalidArgument(
+            f"session builder {path!r} cannot be called with one argument, the request's"
+            " WorkerQueryContext: it would fail every query"
+        )
     return as_session_builder(target)
+
+
+def _takes_one_argument(function: Callable[..., object]) -> bool:
+    try:
+        inspect.signature(function).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to look at (some builtins): calling it will tell
+        return True
+    return True

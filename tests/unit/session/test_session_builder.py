@@ -147,6 +147,12 @@ def builders_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
                 instance = Builder()
 
             NOT_A_BUILDER = 42
+
+            def needs_two(ctx, extra):
+                return None
+
+            def needs_none():
+                return None
             """
         )
     )
@@ -176,6 +182,8 @@ async def test_load_session_builder(builders_module: str, attribute: str, loaded
         ("{m}.broken:build", "importing '{m}.broken' failed"),
         ("{m}.mod:missing", "has no attribute 'missing'"),
         ("{m}.mod:NOT_A_BUILDER", "not a function"),
+        ("{m}.mod:needs_two", "cannot be called with one argument"),
+        ("{m}.mod:needs_none", "cannot be called with one argument"),
     ],
 )
 def test_load_session_builder_errors(builders_module: str, path: str, message: str) -> None:
