@@ -46,6 +46,7 @@ task reads its endpoint straight from its worker. A retried task reads the same 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -165,9 +166,11 @@ class TableOptions:
         try:
             timeout = float(found.get("timeout", client.DEFAULT_TIMEOUT))
         except ValueError:
+            timeout = math.nan
+        if not 0 < timeout < math.inf:  # (NaN too: a call cannot wait that long)
             raise InvalidArgument(
-                f"option 'timeout' must be seconds, got {found['timeout']!r}"
-            ) from None
+                f"option 'timeout' must be seconds, more than 0, got {found['timeout']!r}"
+            )
         partitions = 1
         if source == SOURCE_TABLE:
             if arguments:

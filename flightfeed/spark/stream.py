@@ -13,6 +13,7 @@ restarted from its checkpoint resumes at the checkpointed offsets: no unit is re
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -60,6 +61,8 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 raise InvalidArgument("option 'awaitFeedEnd' must be a number of seconds") from None
             if self.await_end < 0:
                 raise InvalidArgument("option 'awaitFeedEnd' must not be negative")
+            if not self.await_end < math.inf:  # (NaN too)
+                raise InvalidArgument("option 'awaitFeedEnd' must be a finite number of seconds")
         self.target: dict[str, int] | None = None
 
     # -- offsets ----------------------------------------------------------------------------

@@ -76,6 +76,10 @@ def test_location_names_the_coordinator_too() -> None:
         ({"uri": URI, "table": "scan", "args": '{"a": 1}'}, "'args' must be a JSON list"),
         ({"uri": URI, "table": "scan", "args": "3"}, "'args' must be a JSON list"),
         ({"uri": URI, "table": "scan", "timeout": "soon"}, "'timeout' must be seconds"),
+        ({"uri": URI, "table": "scan", "timeout": "0"}, "'timeout' must be seconds, more than 0"),
+        ({"uri": URI, "table": "scan", "timeout": "-5"}, "'timeout' must be seconds, more than 0"),
+        ({"uri": URI, "table": "scan", "timeout": "nan"}, "'timeout' must be seconds"),
+        ({"uri": URI, "table": "scan", "timeout": "inf"}, "'timeout' must be seconds"),
     ],
 )
 def test_bad_options_say_which(options: dict[str, str], message: str) -> None:

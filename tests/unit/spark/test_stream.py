@@ -116,6 +116,8 @@ def test_stream_reader_options() -> None:
         ({"maxUnitsPerTrigger": "many"}, "'maxUnitsPerTrigger' must be an integer"),
         ({"awaitFeedEnd": "-1"}, "'awaitFeedEnd' must not be negative"),
         ({"awaitFeedEnd": "later"}, "'awaitFeedEnd' must be a number of seconds"),
+        ({"awaitFeedEnd": "nan"}, "'awaitFeedEnd' must be a finite number of seconds"),
+        ({"awaitFeedEnd": "inf"}, "'awaitFeedEnd' must be a finite number of seconds"),
         ({"table": ""}, "needs option 'table'"),
     ],
 )
