@@ -28,6 +28,7 @@ the query's tasks.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -65,6 +66,8 @@ EXPLAIN_ACTION: Final = "explain"
 STREAM_ACTIONS: Final = ("stream_open", "stream_latest", "stream_commit", "stream_wait")
 STREAM_IDLE_TTL: Final = 600.0
 """Seconds a stream nobody asked about keeps running its providers."""
+DEFAULT_STREAM_WAIT: Final = 60.0
+"""Seconds a stream_wait without a 'timeout' waits for its stream's feeds to end."""
 _TRANSPORT_HEADERS: Final = frozenset(
     {"user-agent", "te", "content-type", "authorization", "grpc-timeout", "grpc-encoding"}
 )
@@ -156,9 +159,9 @@ class CoordinatorService(FlightHandler):
         return {feed.id: provider for feed, provider in zip(feeds, slices, strict=True)}
 
     async def _wait_ended(self, body: bytes) -> dict[str, Any]:
-        request = json.loads(body)
-        stream = self.coordinator.streams.get(str(request["stream"]))
-        with anyio.move_on_after(float(request.get("timeout", 60))):
+        request = _stream_request("stream_wait", body)
+        stream = self.coordinator.streams.get(request["stream"])
+        with anyio.move_on_after(_wait_seconds(request)):
             await stream.wait_ended()
         return {"stream": stream.stream_id, "offsets": stream.latest(), "ended": stream.ended}
 
@@ -175,24 +178,15 @@ class CoordinatorService(FlightHandler):
                 "offsets": stream.latest(),
                 "ended": stream.ended,
             }
-        try:
-            request = json.loads(body)
-            stream = streams.get(str(request["stream"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidArgument(f"{kind} needs a JSON body with 'stream': {exc}") from None
+        request = _stream_request(kind, body)
+        stream = streams.get(request["stream"])
         if kind == "stream_commit":
-            stream.commit({str(k): int(v) for k, v in dict(request.get("offsets", {})).items()})
+            stream.commit(_offsets(request))
         return {"stream": stream.stream_id, "offsets": stream.latest(), "ended": stream.ended}
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
         if action.type == "stream_wait":
-            try:
-                answer = await self._wait_ended(action.body)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise InvalidArgument(
-                    f"stream_wait needs a JSON body with 'stream': {exc}"
-                ) from None
-            yield json.dumps(answer).encode()
+            yield json.dumps(await self._wait_ended(action.body)).encode()
             return
         if action.type == RELOCATE_ACTION:
             yield json.dumps(await self._relocate(action.body)).encode()
@@ -253,6 +247,42 @@ class CoordinatorService(FlightHandler):
     def _forget_released(self) -> None:
         for query_id in [q for q, held in self._held.items() if held.released]:
             del self._held[query_id]
+
+
+def _stream_request(kind: str, body: bytes) -> dict[str, Any]:
+    """A stream action's JSON object, with its string 'stream' (the body comes off the
+    network: anything else is InvalidArgument naming what is wrong)."""
+    try:
+        request = json.loads(body)
+    except ValueError as exc:  # (UnicodeDecodeError too)
+        raise InvalidArgument(f"{kind} needs a JSON body, an object with 'stream': {exc}") from None
+    if not isinstance(request, dict) or not isinstance(request.get("stream"), str):
+        raise InvalidArgument(f"{kind} needs a JSON body, an object with a string 'stream'")
+    return request
+
+
+def _wait_seconds(request: dict[str, Any]) -> float:
+    """stream_wait's 'timeout': seconds, finite and not negative (60 when absent)."""
+    value = request.get("timeout", DEFAULT_STREAM_WAIT)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"stream_wait's 'timeout' must be a number of seconds, got {value!r}")
+    if not 0 <= value < math.inf:  # (NaN too)
+        raise InvalidArgument(f"stream_wait's 'timeout' must be 0 or more and finite, got {value}")
+    return float(value)
+
+
+def _offsets(request: dict[str, Any]) -> dict[str, int]:
+    """stream_commit's 'offsets': partition keys to unit counts, whole numbers 0 or more."""
+    offsets = request.get("offsets", {})
+    if not isinstance(offsets, dict) or not all(
+        type(offset) is int and offset >= 0 for offset in offsets.values()
+    ):
+        shown = repr(offsets)[:200]  # (the peer's, and as long as it likes)
+        raise InvalidArgument(
+            f"stream_commit's 'offsets' must map partition keys to whole numbers 0 or more,"
+            f" got {shown}"
+        )
+    return offsets
 
 
 def _endpoints(held: HeldQuery) -> list[FlightEndpoint]:

@@ -146,3 +146,40 @@ async def test_stream_wait_on_a_live_feed_gives_up_at_its_timeout() -> None:
         assert waited["ended"] is False
         with pytest.raises(pa.ArrowInvalid, match="stream_wait needs a JSON body"):
             await anyio.to_thread.run_sync(action, cluster.location, "stream_wait", b"{}")
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "message"),
+    [
+        ("stream_commit", {"offsets": {"0:0": "abc"}}, "'offsets' must map partition keys"),
+        ("stream_commit", {"offsets": [1, 2]}, "'offsets' must map partition keys"),
+        ("stream_commit", {"offsets": {"0:0": -4}}, "'offsets' must map partition keys"),
+        ("stream_commit", {"offsets": {"0:0": True}}, "'offsets' must map partition keys"),
+        ("stream_wait", {"timeout": float("nan")}, "'timeout' must be 0 or more and finite"),
+        ("stream_wait", {"timeout": float("inf")}, "'timeout' must be 0 or more and finite"),
+        ("stream_wait", {"timeout": -1}, "'timeout' must be 0 or more and finite"),
+        ("stream_wait", {"timeout": True}, "'timeout' must be a number of seconds"),
+        ("stream_wait", {"timeout": "soon"}, "'timeout' must be a number of seconds"),
+        ("stream_latest", {"stream": 7}, "needs a JSON body, an object with a string 'stream'"),
+        ("stream_latest", [1], "needs a JSON body, an object with a string 'stream'"),
+    ],
+)
+async def test_bad_stream_action_bodies_are_invalid_arguments(
+    kind: str, body: object, message: str
+) -> None:
+    """A wrong offset was INTERNAL with Python's exception text; an infinite or NaN timeout
+    was taken (a wait with no end)."""
+    async with service() as cluster:
+        opened = await anyio.to_thread.run_sync(
+            action, cluster.location, "stream_open", table_command("counted", [3])
+        )
+        if isinstance(body, dict):
+            body = {"stream": opened["stream"], **body}
+        raw = json.dumps(body).encode()  # (NaN and Infinity as Python's json writes them)
+        with pytest.raises(pa.ArrowInvalid, match=message):
+            await anyio.to_thread.run_sync(action, cluster.location, kind, raw)
+        # ... and the stream still serves.
+        latest = json.dumps({"stream": opened["stream"]}).encode()
+        assert "offsets" in await anyio.to_thread.run_sync(
+            action, cluster.location, "stream_latest", latest
+        )
