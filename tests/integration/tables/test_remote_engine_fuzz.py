@@ -1,0 +1,159 @@
+"""HoraeDB's RemoteEngineService on a live `flightfeed worker --data-dir` process, fed valid
+requests with bytes changed, cut or added (hypothesis): every call is answered with a gRPC
+status that says what was wrong or with a response header of HoraeDB's codes, never INTERNAL
+or UNKNOWN and never header code 500, and the worker goes on writing and reading.
+
+The client is grpcio's, with messages from the seed protos (helpers.seed_protos): it shares no
+code with the service. `FLIGHTFEED_ENGINE_FUZZ_EXAMPLES` lengthens the run (200 in the suite).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import grpc  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+from helpers.seed_protos import SERVICE, SeedProtos, seed_protos
+from helpers.worker_process import worker_process
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flightfeed._generated.flightfeed.v1 import CreateTable
+from flightfeed.spark.source import table_ref
+from flightfeed.tables.schema import TableSchema
+
+EXAMPLES = int(os.environ.get("FLIGHTFEED_ENGINE_FUZZ_EXAMPLES", "200"))
+INTERNAL_CODE: Final = 500
+UNCLEAR: Final = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
+CPU: Final = pa.schema(
+    [
+        pa.field("ts", pa.timestamp("ms"), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("v", pa.float64()),
+    ]
+)
+
+
+def ipc_stream(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def valid_requests(seed: SeedProtos) -> dict[str, tuple[bytes, Any, bool]]:
+    """Per method: a valid request's bytes, its response class, and whether it streams."""
+    pb = seed.remote_engine_pb2
+    table = pb.TableIdentifier(table="cpu")
+    rows = pa.record_batch(
+        [pa.array([1000, 2000], pa.timestamp("ms")), pa.array(["a", "b"]), pa.array([1.0, None])],
+        schema=CPU,
+    )
+    payload = seed.storage_pb2.ArrowPayload(record_batches=[ipc_stream(rows)])
+    write = pb.WriteRequest(
+        table=table, row_group=pb.RowGroup(min_timestamp=1000, max_timestamp=2000, arrow=payload)
+    )
+    read = pb.ReadRequest(
+        table=table,
+        read_request=pb.TableReadRequest(request_id="fuzz", opts=pb.ReadOptions(batch_size=10)),
+    )
+    return {
+        "Write": (write.SerializeToString(), pb.WriteResponse, False),
+        "WriteBatch": (
+            pb.WriteBatchRequest(batch=[write]).SerializeToString(),
+            pb.WriteResponse,
+            False,
+        ),
+        "Read": (read.SerializeToString(), pb.ReadResponse, True),
+        "GetTableInfo": (
+            pb.GetTableInfoRequest(table=table).SerializeToString(),
+            pb.GetTableInfoResponse,
+            False,
+        ),
+    }
+
+
+@st.composite
+def mutated(draw: st.DrawFn, valid: bytes) -> bytes:
+    data = bytearray(valid)
+    for _ in range(draw(st.integers(1, 4))):
+        if not data:
+            break
+        index = draw(st.integers(0, len(data) - 1))
+        change = draw(st.sampled_from(["flip", "cut", "insert"]))
+        if change == "flip":
+            data[index] = draw(st.integers(0, 255))
+        elif change == "cut":
+            del data[index:]
+        else:
+            data[index:index] = draw(st.binary(min_size=1, max_size=8))
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data_dir = Path(tmp_path_factory.mktemp("engine-fuzz"))
+    with worker_process("--data-dir", str(data_dir)) as (_, location):
+        schema = TableSchema.from_arrow(CPU, timestamp="ts", tags=["host"])
+        create = CreateTable(table=table_ref("cpu"), table_schema=schema.to_proto())
+        with fl.connect(location) as client:
+            list(client.do_action(fl.Action("create_table", bytes(create))))
+        yield location.removeprefix("grpc://")
+
+
+def call(
+    channel: grpc.Channel, method: str, body: bytes, response: Any, streams: bool
+) -> list[Any]:
+    path = SERVICE + method
+    parse = response.FromString
+    if streams:
+        return list(channel.unary_stream(path, response_deserializer=parse)(body, timeout=10))
+    return [channel.unary_unary(path, response_deserializer=parse)(body, timeout=10)]
+
+
+def test_malformed_engine_requests_get_clear_answers_and_the_worker_holds(worker: str) -> None:
+    seed = seed_protos()
+    requests = valid_requests(seed)
+    outcomes: Counter[str] = Counter()
+    with grpc.insecure_channel(worker) as channel:
+
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(
+            st.sampled_from(sorted(requests)).flatmap(
+                lambda m: st.tuples(st.just(m), mutated(requests[m][0]))
+            )
+        )
+        def one(example: tuple[str, bytes]) -> None:
+            method, body = example
+            _, response, streams = requests[method]
+            try:
+                answers = call(channel, method, body, response, streams)
+            except grpc.RpcError as error:
+                status, details = error.code(), error.details()
+            else:
+                status = None
+            if status is not None:
+                assert status not in UNCLEAR, f"{example!r}: {details}"
+                outcomes[status.name] += 1
+                return
+            codes = [answer.header.code for answer in answers]
+            assert INTERNAL_CODE not in codes, f"{example!r}: {answers}"
+            outcomes["header " + ",".join(map(str, sorted(set(codes))))] += 1
+
+        one()
+        assert sum(outcomes.values()) >= min(EXAMPLES, 50), outcomes
+        for method in ("Write", "GetTableInfo"):  # the worker still writes and answers
+            body, response, streams = requests[method]
+            (answer,) = call(channel, method, body, response, streams)
+            assert answer.header.code == 0, answer
