@@ -40,6 +40,7 @@ from ..feeds import FeedRegistry, WorkUnitFeedProvider
 from ..feeds.provider import provider_metrics
 from ..feeds.replay import FeedReplay
 from ..flight.idle_release import DEFAULT_QUIET_SECONDS, release_when_idle
+from ..flight.request_headers import call_headers
 from ..plan.base import ExecutionPlan, closing, embedded_bytes
 from ..plan.codec import CodecRegistry, encode_plan
 from ..plan.execution import open_task_context
@@ -212,7 +213,7 @@ class Coordinator:
             broadcast_threshold_bytes=broadcast_threshold_bytes,
             shuffle_bytes_per_task=shuffle_bytes_per_task,
         )
-        self.headers = dict(headers or {})
+        self.headers = call_headers(headers or {})
         self._own_channels = channels is None
         self.channels = channels if channels is not None else ChannelResolver()
         self.health = WorkerHealth(self.channels)
@@ -274,7 +275,7 @@ class Coordinator:
     ) -> QueryStream:
         """Run `plan`; iterate the result for its record batches. `headers` go to the workers'
         session builders with this query's tasks (over the coordinator's own `headers`)."""
-        return QueryStream(self, plan, {**self.headers, **(headers or {})})
+        return QueryStream(self, plan, {**self.headers, **call_headers(headers or {})})
 
     async def collect(
         self, plan: ExecutionPlan, *, headers: Mapping[str, str] | None = None
@@ -464,13 +465,14 @@ class Coordinator:
         serve some of the plan's feeds (by feed id) instead of their own (a stream's slice)."""
         if self._tg is None:
             raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
+        query_headers = {**self.headers, **call_headers(headers or {})}
         query_id = uuid.uuid4().bytes
         metrics = self._queued(query_id)
         await self._admit(metrics)  # the slot is held until the query is released
         release = _Once(self.admission.release)
         try:
             runtime, distributed = await self._held_runtime(
-                plan, query_id, {**self.headers, **(headers or {})}, metrics, providers
+                plan, query_id, query_headers, metrics, providers
             )
         except BaseException as exc:
             _finish_unstarted(metrics, exc)

@@ -54,6 +54,7 @@ from .internals import (
     request_ended,
 )
 from .keepalive import KeepalivePolicy
+from .request_headers import call_metadata
 from .schema import schema_from_ipc
 from .streams import FlightDataReader, FlightDataWriter
 from .tls import TLS_SCHEME, ClientTls, is_tls_location
@@ -245,7 +246,7 @@ class FlightClient:
         self.location = location
         self.host, self.port = parse_location(location)
         context = (tls or ClientTls()).context() if is_tls_location(location) else None
-        self.metadata = dict(metadata or {})
+        self.metadata = call_metadata(metadata or {})
         self.max_message_size = max_message_size
         self.max_decoded_size = max_decoded_size
         self.timeout = timeout
@@ -274,7 +275,9 @@ class FlightClient:
         await self.close()
 
     def _merged(self, metadata: Metadata | None) -> dict[str, str | bytes]:
-        return {**self.metadata, **(metadata or {})}
+        if not metadata:
+            return dict(self.metadata)  # (a call's own: grpclib's events may change it)
+        return {**self.metadata, **call_metadata(metadata)}
 
     @asynccontextmanager
     async def _call(

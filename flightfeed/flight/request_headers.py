@@ -1,4 +1,5 @@
-"""Request headers a server refuses before any handler runs.
+"""Request headers: those a server refuses before any handler runs, and those a client may
+send (`call_metadata`).
 
 grpclib answers a malformed `grpc-timeout` with UNKNOWN, accepts more than the 8 digits the
 gRPC spec allows, and answers a deadline that passed before the call started with UNKNOWN and a
@@ -10,12 +11,14 @@ the log: log floods any client can cause. These rules decide instead; the server
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from grpclib.const import Status
 from grpclib.metadata import decode_bin_value
+
+from ..errors import InvalidArgument
 
 _TIMEOUT: Final = re.compile(r"([0-9]{1,8})([HMSmun])")
 _UNIT_SECONDS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -72,4 +75,51 @@ def refusal(headers: Iterable[tuple[str, str]]) -> Refusal | None:
     return None
 
 
-__all__ = ["MIN_TIMEOUT", "REQUIRED_PSEUDO_HEADERS", "Refusal", "refusal", "timeout_seconds"]
+_METADATA_KEY: Final = re.compile(r"[0-9a-z_.\-]+")
+_TEXT_VALUE: Final = re.compile(r"[ -~]+")  # printable ASCII, as HTTP/2 carries it unencoded
+_TRANSPORT_KEYS: Final = frozenset({"te", "content-type", "user-agent"})
+
+
+def call_metadata(metadata: Mapping[str, str | bytes]) -> dict[str, str | bytes]:
+    """Headers for a call, checked before anything is sent: InvalidArgument naming one that
+    gRPC cannot carry. Names are made lowercase (gRPC's metadata names are case-insensitive,
+    and HTTP/2 sends them lowercase); grpclib refused `X-Scale` only once the call started,
+    which a coordinator took for a worker it could not reach."""
+    checked: dict[str, str | bytes] = {}
+    for name, value in metadata.items():
+        key = name.lower() if isinstance(name, str) else name
+        if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key):
+            raise InvalidArgument(f"header {name!r}: a name is letters, digits, '-', '_' and '.'")
+        if key.startswith("grpc-") or key in _TRANSPORT_KEYS:
+            raise InvalidArgument(f"header {name!r} is gRPC's own: it cannot be set per call")
+        if key.endswith("-bin"):
+            if not isinstance(value, bytes):
+                raise InvalidArgument(f"header {name!r}: a -bin header's value is bytes")
+        elif not isinstance(value, str) or not _TEXT_VALUE.fullmatch(value):
+            raise InvalidArgument(
+                f"header {name!r}: a value is printable ASCII text, not empty (bytes under a"
+                f" -bin name), got {value!r:.60}"
+            )
+        checked[key] = value
+    return checked
+
+
+def call_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """`call_metadata` for text headers only (a query's headers for session builders)."""
+    checked: dict[str, str] = {}
+    for key, value in call_metadata(headers).items():
+        if not isinstance(value, str):
+            raise InvalidArgument(f"header {key!r}: a query's headers are text, not -bin")
+        checked[key] = value
+    return checked
+
+
+__all__ = [
+    "MIN_TIMEOUT",
+    "REQUIRED_PSEUDO_HEADERS",
+    "Refusal",
+    "call_headers",
+    "call_metadata",
+    "refusal",
+    "timeout_seconds",
+]

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from helpers.worker_plans import tag_udf
 
+from flightfeed.errors import InvalidArgument
 from flightfeed.plan import Coalesce, Projection, call, col
 from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
 from flightfeed.testing import start_cluster
@@ -52,3 +53,28 @@ async def test_concurrent_queries_each_run_with_their_own_headers(in_process: bo
         assert table.num_rows == 200
         assert {value.split(":")[0] for value in table.column("tagged").to_pylist()} == {tag}
     assert {value.split(":")[0] for value in default.column("tagged").to_pylist()} == {"none"}
+
+
+async def test_header_names_in_any_case_reach_the_session_builder() -> None:
+    async with start_cluster(2, session_builder=tagging_session, **unit_coordinator_options(2)) as (
+        coordinator,
+        _,
+    ):
+        table = await coordinator.collect(tagged_plan(), headers={"X-Tag": "upper"})
+    assert {value.split(":")[0] for value in table.column("tagged").to_pylist()} == {"upper"}
+
+
+@pytest.mark.parametrize(
+    "headers", [{"bad header": "v"}, {"x-tag": "line\nbreak"}, {"grpc-timeout": "1S"}]
+)
+async def test_a_header_grpc_cannot_carry_fails_its_query_only(headers: dict[str, str]) -> None:
+    """It was taken for a connection failure: retried, then every worker was left out of the
+    next queries as unreachable ("no worker can be reached")."""
+    async with start_cluster(2, session_builder=tagging_session, **unit_coordinator_options(2)) as (
+        coordinator,
+        _,
+    ):
+        with pytest.raises(InvalidArgument, match="header"):
+            await coordinator.collect(tagged_plan(), headers=headers)
+        after = await coordinator.collect(tagged_plan(), headers={"x-tag": "after"})
+    assert after.num_rows == 200

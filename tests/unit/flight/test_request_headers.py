@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import pytest
 from grpclib.const import Status
+from grpclib.metadata import encode_metadata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flightfeed.flight.request_headers import MIN_TIMEOUT, refusal, timeout_seconds
+from flightfeed.errors import InvalidArgument
+from flightfeed.flight.request_headers import (
+    MIN_TIMEOUT,
+    call_headers,
+    call_metadata,
+    refusal,
+    timeout_seconds,
+)
 
 PSEUDO = [(":method", "POST"), (":path", "/s/M")]
 """What every request has."""
@@ -72,3 +80,52 @@ def test_a_request_without_a_required_pseudo_header_is_refused(missing: str) -> 
     assert found is not None
     assert found.status is Status.INVALID_ARGUMENT
     assert found.message == f"the request has no {missing} header"
+
+
+def test_call_metadata_names_are_made_lowercase() -> None:
+    assert call_metadata({"X-Scale": "2", "Trace-Bin": b"\x00"}) == {
+        "x-scale": "2",
+        "trace-bin": b"\x00",
+    }
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({"bad header": "v"}, "a name is letters, digits"),
+        ({":path": "/evil"}, "a name is letters, digits"),
+        ({"": "v"}, "a name is letters, digits"),
+        ({"grpc-timeout": "1n"}, "is gRPC's own"),
+        ({"Content-Type": "text/plain"}, "is gRPC's own"),
+        ({"x-ok": "line\nbreak"}, "a value is printable ASCII text"),
+        ({"x-ok": "é"}, "a value is printable ASCII text"),
+        ({"x-ok": ""}, "not empty"),
+        ({"x-key-bin": "text"}, "a -bin header's value is bytes"),
+    ],
+)
+def test_call_metadata_gRPC_cannot_carry_is_refused_before_the_call(
+    headers: dict[str, str], message: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        call_metadata(headers)
+
+
+def test_a_querys_headers_are_text() -> None:
+    assert call_headers({"X-Tag": "a"}) == {"x-tag": "a"}
+    with pytest.raises(InvalidArgument, match="a query's headers are text"):
+        call_headers({"x-key-bin": b"\x01"})  # type: ignore[dict-item]
+
+
+_names = st.text(st.characters(codec="ascii"), min_size=1, max_size=12)
+_values = st.one_of(st.text(max_size=12), st.binary(max_size=12))
+
+
+@given(st.dictionaries(_names, _values, max_size=4))
+def test_what_call_metadata_accepts_grpclib_sends(headers: dict[str, str | bytes]) -> None:
+    """Property: whatever passes the check, grpclib encodes without an error (it raised
+    ValueError or TypeError from inside the call)."""
+    try:
+        checked = call_metadata(headers)
+    except InvalidArgument:
+        return
+    encode_metadata(checked)
