@@ -35,21 +35,14 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def non_negative_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
 def count_at_least(minimum: int, message: str) -> Callable[[str], int]:
     """A whole number of at least `minimum` ("must be {message}, got ...")."""
 
     def parse(text: str) -> int:
-        value = non_negative_count(text)
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be {message}, got {text}")
         return value
@@ -57,6 +50,7 @@ def count_at_least(minimum: int, message: str) -> Callable[[str], int]:
     return parse
 
 
+non_negative_count = count_at_least(0, "0 or more")
 positive_count = count_at_least(1, "1 or more")
 
 

@@ -74,7 +74,7 @@ from ._generated.remote_engine import (
 )
 from ._generated.schema import DataType
 from .cli_security import client_tls
-from .cli_types import positive_seconds
+from .cli_types import count_at_least, positive_seconds
 from .errors import FlightfeedError, InvalidArgument, NotFound, RemoteError, Unauthenticated
 from .flight.auth import bearer, read_tokens
 from .flight.client import FlightClient, parse_location
@@ -702,16 +702,6 @@ def run_tables(args: argparse.Namespace) -> int:
 # --- the parser ------------------------------------------------------------------------------
 
 
-def _version(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"schema versions start at 1, got {text}")
-    return value
-
-
 COLUMN_HELP: Final = (
     "NAME:TYPE[:tag][:notnull]; TYPE by HoraeDB's name (timestamp, double, float, varbinary,"
     " string, uint64, uint32, uint16, uint8, int64, int32, int16, int8, bool, date, time) or"
@@ -839,7 +829,7 @@ def add_tables_parser(commands: Any) -> None:
     )
     alter.add_argument(
         "--schema-version",
-        type=_version,
+        type=count_at_least(1, "a schema version, 1 or more"),
         default=None,
         metavar="N",
         help="refuse unless the table is still at this schema version (as describe showed it)",

@@ -77,3 +77,23 @@ def messages(cls: type[betterproto2.Message], depth: int = 0) -> st.SearchStrate
         return cls(**{k: v for k, v in kwargs.items() if v is not None})
 
     return build()
+
+
+@st.composite
+def mutated(draw: st.DrawFn, valid: bytes) -> bytes:
+    """`valid` (a message's wire bytes) with one to four changes: a byte replaced, the rest
+    cut off, or a few bytes inserted. Malformed in the many ways a parser meets, yet often
+    close enough to get past its first checks."""
+    data = bytearray(valid)
+    for _ in range(draw(st.integers(1, 4))):
+        if not data:
+            break
+        index = draw(st.integers(0, len(data) - 1))
+        change = draw(st.sampled_from(["replace", "cut", "insert"]))
+        if change == "replace":
+            data[index] = draw(st.integers(0, 255))
+        elif change == "cut":
+            del data[index:]
+        else:
+            data[index:index] = draw(st.binary(min_size=1, max_size=8))
+    return bytes(data)

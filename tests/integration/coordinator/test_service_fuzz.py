@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pyarrow.flight as fl
 import pytest
+from helpers.message_strategies import mutated
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,24 +62,9 @@ def catalog() -> Catalog:
 VALID = table_command("units", [2, 3])
 
 
-@st.composite
-def commands(draw: st.DrawFn) -> bytes:
+def commands() -> st.SearchStrategy[bytes]:
     """A TableQuery command: random bytes, or a valid one with bytes changed, cut or added."""
-    if draw(st.booleans()):
-        return draw(st.binary(max_size=64))
-    data = bytearray(VALID)
-    for _ in range(draw(st.integers(1, 4))):
-        index = draw(st.integers(0, len(data) - 1))
-        change = draw(st.sampled_from(["flip", "cut", "insert"]))
-        if change == "flip":
-            data[index] = draw(st.integers(0, 255))
-        elif change == "cut":
-            del data[index:]
-            if not data:
-                break
-        else:
-            data[index:index] = draw(st.binary(min_size=1, max_size=8))
-    return bytes(data)
+    return st.binary(max_size=64) | mutated(VALID)
 
 
 json_values = st.recursive(

@@ -19,6 +19,7 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
+from helpers.message_strategies import mutated
 from helpers.seed_protos import SERVICE, SeedProtos, seed_protos
 from helpers.worker_process import worker_process
 from hypothesis import HealthCheck, given, settings
@@ -77,23 +78,6 @@ def valid_requests(seed: SeedProtos) -> dict[str, tuple[bytes, Any, bool]]:
             False,
         ),
     }
-
-
-@st.composite
-def mutated(draw: st.DrawFn, valid: bytes) -> bytes:
-    data = bytearray(valid)
-    for _ in range(draw(st.integers(1, 4))):
-        if not data:
-            break
-        index = draw(st.integers(0, len(data) - 1))
-        change = draw(st.sampled_from(["flip", "cut", "insert"]))
-        if change == "flip":
-            data[index] = draw(st.integers(0, 255))
-        elif change == "cut":
-            del data[index:]
-        else:
-            data[index:index] = draw(st.binary(min_size=1, max_size=8))
-    return bytes(data)
 
 
 @pytest.fixture(scope="module")
