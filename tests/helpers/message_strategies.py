@@ -7,6 +7,7 @@ import enum
 from typing import Any, cast
 
 import betterproto2
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 _RANGES = {
@@ -97,3 +98,15 @@ def mutated(draw: st.DrawFn, valid: bytes) -> bytes:
         else:
             data[index:index] = draw(st.binary(min_size=1, max_size=8))
     return bytes(data)
+
+
+def live_fuzz_settings(examples: int) -> settings:
+    """Settings for fuzzing a live server: `examples` calls, no deadline (a call's time is the
+    server's, not the test's), nothing replayed from a database (the server's state moves on),
+    and no health checks (drawing is cheap; the calls are what is slow)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )

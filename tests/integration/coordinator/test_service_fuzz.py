@@ -18,8 +18,8 @@ from typing import Any
 import anyio
 import pyarrow.flight as fl
 import pytest
-from helpers.message_strategies import mutated
-from hypothesis import HealthCheck, given, settings
+from helpers.message_strategies import live_fuzz_settings, mutated
+from hypothesis import given
 from hypothesis import strategies as st
 
 from flightfeed.cluster import serve
@@ -121,12 +121,7 @@ def fuzz(location: str, stream: str) -> Counter[str]:
     outcomes: Counter[str] = Counter()
     with fl.connect(location) as client:
 
-        @settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
+        @live_fuzz_settings(EXAMPLES)
         @given(calls(stream))
         def one(example: tuple[str, Any, Any]) -> None:
             failure: Exception | None = None

@@ -19,10 +19,10 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
-from helpers.message_strategies import mutated
+from helpers.message_strategies import live_fuzz_settings, mutated
 from helpers.seed_protos import SERVICE, SeedProtos, seed_protos
 from helpers.worker_process import worker_process
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from flightfeed._generated.flightfeed.v1 import CreateTable
@@ -107,12 +107,7 @@ def test_malformed_engine_requests_get_clear_answers_and_the_worker_holds(worker
     outcomes: Counter[str] = Counter()
     with grpc.insecure_channel(worker) as channel:
 
-        @settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
+        @live_fuzz_settings(EXAMPLES)
         @given(
             st.sampled_from(sorted(requests)).flatmap(
                 lambda m: st.tuples(st.just(m), mutated(requests[m][0]))
