@@ -8,14 +8,19 @@ consequences and dropped.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Final
 
 import anyio
 import pyarrow as pa
 from grpclib.const import Status
+from grpclib.exceptions import ProtocolError as GrpclibProtocolError
+from grpclib.exceptions import StreamTerminatedError
+from h2.exceptions import H2Error
 
 from ..errors import ErrorOrigin, ExecutionError, FeedError, FlightfeedError, RemoteError
 from ..feeds import FeedDispatcher
@@ -31,6 +36,8 @@ from ..protocol import (
 )
 from .metrics import QueryMetrics, TaskRecord
 from .stage import Stage, StageTask
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -57,18 +64,46 @@ class TaskRun:
         return TaskId.of(self.key).origin(self.worker_url)
 
 
+CONNECTION_ERRORS: Final = (
+    OSError,  # refused, reset, broken pipe; TimeoutError too
+    EOFError,  # asyncio's IncompleteReadError
+    H2Error,
+    StreamTerminatedError,
+    GrpclibProtocolError,
+    anyio.BrokenResourceError,  # an in-process channel whose other end is gone
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
+"""What a call to a worker raises when the connection, not the query, failed: the attempt may
+be retried, and the worker is checked (WorkerHealth)."""
+
+
 def query_error(exc: Exception, origin: ErrorOrigin | None) -> FlightfeedError:
-    """A failure as the caller sees it: flightfeed errors as they are (located), and
-    anything else (a broken connection) as a RemoteError naming the worker."""
+    """A failure as the caller sees it: flightfeed errors as they are (located); a connection
+    failure as an UNAVAILABLE RemoteError naming the worker; anything else as what it is, an
+    error on the coordinator (its part of the plan, or its side of a task), never taken for a
+    lost worker: that would retry a deterministic failure and leave a healthy worker out."""
     if isinstance(exc, FlightfeedError):
         return exc.locate(origin) if origin is not None else exc
-    where = f"worker {origin.worker_url}" if origin is not None else "a worker"
-    error = RemoteError(
-        f"connection to {where} failed: {exc or type(exc).__name__}",
-        grpc_status=Status.UNAVAILABLE,
-        origin=origin,
-        error_type=type(exc).__name__,
-    )
+    if isinstance(exc, CONNECTION_ERRORS):
+        where = f"worker {origin.worker_url}" if origin is not None else "a worker"
+        error: FlightfeedError = RemoteError(
+            f"connection to {where} failed: {exc or type(exc).__name__}",
+            grpc_status=Status.UNAVAILABLE,
+            origin=origin,
+            error_type=type(exc).__name__,
+        )
+    else:
+        if origin is None:
+            where, located = "the coordinator's part of the plan", ErrorOrigin()
+        else:
+            where = f"the coordinator, running task {origin.task} on {origin.worker_url}"
+            located = replace(origin, worker_url="")  # (an empty URL is the coordinator)
+        log.error("query failed on %s", where, exc_info=exc)
+        said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        error = ExecutionError(
+            f"{where} failed: {said}", origin=located, error_type=type(exc).__name__
+        )
     error.__cause__ = exc
     return error
 
@@ -163,6 +198,8 @@ class QueryRuntime:
                 yield aiter(batches)
         except FlightfeedError as error:
             raise query_error(error, run.origin) from None
+        except CONNECTION_ERRORS as error:  # (a foreign one: the worker's, named)
+            raise query_error(error, run.origin) from error
 
     # -- delivery log -----------------------------------------------------------------------------
 

@@ -5,12 +5,16 @@ every worker and why."""
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator, Sequence
 
+import pyarrow as pa
 import pytest
 
 from flightfeed.coordinator import Coordinator
 from flightfeed.coordinator.resolver import StaticWorkerResolver
-from flightfeed.errors import Unavailable
+from flightfeed.errors import ExecutionError, Unavailable
+from flightfeed.plan import ExecutionPlan, TaskContext
+from flightfeed.plan.base import UnaryNode, closing, expect_children
 from flightfeed.plan.nodes import Coalesce
 from flightfeed.testing.feeds import (
     UnitProvider,
@@ -56,3 +60,46 @@ async def test_with_no_worker_reachable_the_query_names_each() -> None:
             await c.collect(Coalesce(unit_scan(UnitProvider([1]))))
     for url in dead:
         assert url in str(info.value)
+
+
+class FailsOnFirstBatch(UnaryNode):
+    """A node of the coordinator's part of a plan with a bug: it raises a plain exception."""
+
+    name = "FailsOnFirstBatch"
+    runs = 0
+
+    def __init__(self, child: ExecutionPlan) -> None:
+        self.child = child
+
+    def with_children(self, children: Sequence[ExecutionPlan], /) -> ExecutionPlan:
+        expect_children(self.name, children, 1)
+        return FailsOnFirstBatch(children[0])
+
+    async def _execute(self, partition: int, ctx: TaskContext) -> AsyncIterator[pa.RecordBatch]:
+        FailsOnFirstBatch.runs += 1
+        async with closing(self.child.execute(partition, ctx)) as stream:
+            async for batch in stream:
+                raise RuntimeError("a bug in a node on the coordinator")
+                yield batch
+
+
+async def test_an_error_on_the_coordinator_is_not_a_lost_worker() -> None:
+    """It fails the query once as the coordinator's error: no retry (it would fail again), and
+    no worker is left out of the next query."""
+    async with start_workers(2, session_builder=unit_session_builder) as workers:
+        resolver = StaticWorkerResolver([w.location for w in workers])
+        async with Coordinator(resolver, **unit_coordinator_options()) as coordinator:
+            FailsOnFirstBatch.runs = 0
+            scan = unit_scan(UnitProvider([3, 2]))
+            with pytest.raises(ExecutionError) as info:
+                await coordinator.collect(FailsOnFirstBatch(Coalesce(scan)))
+            assert str(info.value) == (
+                "the coordinator's part of the plan failed: RuntimeError: a bug in a node on the"
+                " coordinator"
+            )
+            assert info.value.error_type == "RuntimeError"
+            assert FailsOnFirstBatch.runs == 1
+            assert coordinator.health.down == {}
+            urls = [w.location for w in workers]
+            assert await coordinator.health.usable(urls) == urls
+            assert (await coordinator.collect(Coalesce(scan))).num_rows == 5
