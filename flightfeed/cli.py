@@ -46,6 +46,7 @@ from ._version import __version__
 from .cli_security import auth, client_tls, own_token, server_tls
 from .cli_types import (
     count_at_least,
+    existing_directory,
     location,
     memory_size,
     non_negative_count,
@@ -322,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--parquet-root",
         action="append",
+        type=existing_directory,
         default=[],
         metavar="DIR",
         help="a directory whose Parquet files plans may read (repeatable; default: none, plans"

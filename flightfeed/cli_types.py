@@ -6,6 +6,7 @@ examples."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 
 from .errors import InvalidArgument
@@ -90,8 +91,18 @@ def memory_size(text: str) -> int:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
+def existing_directory(text: str) -> str:
+    """A directory that exists now, as written (a typo would otherwise surface only when a
+    plan reads there, as a file that is not found)."""
+    if not os.path.isdir(text):
+        why = "not a directory" if os.path.exists(text) else "no such directory"
+        raise argparse.ArgumentTypeError(f"must be an existing directory, got {text!r} ({why})")
+    return text
+
+
 __all__ = [
     "count_at_least",
+    "existing_directory",
     "location",
     "memory_size",
     "non_negative_count",

@@ -184,9 +184,34 @@ def test_parquet_roots_are_made_absolute_and_default_to_none(
 ) -> None:
     assert worker_config(build_parser().parse_args(["worker"])).parquet_roots == ()
     monkeypatch.chdir(tmp_path)
-    argv = ["worker", "--parquet-root", "lake", "--parquet-root", "/srv/data"]
+    os.mkdir("lake")
+    elsewhere = os.path.join(os.fspath(tmp_path), "elsewhere")
+    os.mkdir(elsewhere)
+    argv = ["worker", "--parquet-root", "lake", "--parquet-root", elsewhere]
     roots = worker_config(build_parser().parse_args(argv)).parquet_roots
-    assert roots == (os.path.join(os.fspath(tmp_path), "lake"), "/srv/data")
+    assert roots == (os.path.join(os.fspath(tmp_path), "lake"), elsewhere)
+
+
+@pytest.mark.parametrize(
+    ("root", "why"), [("missing", "no such directory"), ("a-file", "not a directory")]
+)
+def test_a_parquet_root_must_be_a_directory(
+    root: str,
+    why: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: os.PathLike[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A typo in --parquet-root was accepted: every ParquetScan under it then failed as a file
+    that is not found."""
+    monkeypatch.chdir(tmp_path)
+    with open("a-file", "w"):
+        pass
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["worker", "--parquet-root", root])
+    assert exit_info.value.code == 2
+    message = f"argument --parquet-root: must be an existing directory, got {root!r} ({why})"
+    assert message in capsys.readouterr().err
 
 
 def test_worker_connection_options_shape_its_limits() -> None:
