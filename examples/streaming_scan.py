@@ -55,10 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     from flightfeed.cluster import serve_in_background
     from flightfeed.coordinator import table_command
     from flightfeed.examples.chunk_scan import catalog, scan_rows
-    from flightfeed.spark import client, error_message, spark_session
+    from flightfeed.spark import client, error_message, plain_interrupts, spark_session
 
     with serve_in_background(catalog(args.chunk_delay), local_workers=args.workers) as cluster:
         spark = spark_session("streaming_scan", master=args.master, remote=args.remote)
+        plain_interrupts()  # Ctrl-C: one line, not PySpark's tracebacks
         sink = f"scan_{uuid.uuid4().hex}"
         try:
             rows = (
@@ -112,4 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: the session and the cluster were stopped on the way out
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -39,10 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from flightfeed.spark import error_message, explain, spark_session, sql
+    from flightfeed.spark import error_message, explain, plain_interrupts, spark_session, sql
 
     with serve_in_background(catalog(), local_workers=args.workers) as cluster:
         spark = spark_session("work_unit_feed", master=args.master, remote=args.remote)
+        plain_interrupts()  # Ctrl-C: one line, not PySpark's tracebacks
         try:
             df = sql(spark, cluster.location, args.query)
             if args.show_distributed_plan:
@@ -59,4 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: the session and the cluster were stopped on the way out
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

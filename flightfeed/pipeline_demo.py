@@ -9,8 +9,6 @@ discovered and processed; the result is checked against the same table run in on
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -84,22 +82,13 @@ def one_process_counts(arguments: tuple[object, ...]) -> pa.Table:
     return anyio.run(run)
 
 
-def _plain_interrupts() -> None:
-    """Ctrl-C raises KeyboardInterrupt again, as before the session started. PySpark's own
-    handler cancels the session's jobs from inside the signal handler, a call into the JVM
-    while the interrupted one still reads the same py4j socket: each then logs tracebacks
-    (~260 lines) before the interrupt gets through. Stopping the session cancels the jobs."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def run_pipeline(workers: int = 2) -> PipelineResult:
     """Start a local Spark session and the embedded cluster, run the pipeline, check it."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from .spark import local_session, sql
+    from .spark import local_session, plain_interrupts, sql
 
     console = Console()
     query, arguments = pipeline_query(workers)
@@ -107,7 +96,7 @@ def run_pipeline(workers: int = 2) -> PipelineResult:
     console.print("[bold]1. A Spark pipeline over work discovered at runtime[/bold]")
     with console.status("starting a local Spark session (local[2])"):
         spark = local_session("flightfeed-demo")
-    _plain_interrupts()
+    plain_interrupts()
     try:
         with serve_in_background(catalog(delay=CHUNK_DELAY), local_workers=workers) as cluster:
             console.print(f"coordinator {cluster.location}, {workers} local workers")

@@ -27,6 +27,7 @@ from .session import (
     connect_session,
     java_runtime,
     local_session,
+    plain_interrupts,
     register,
     spark_session,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "explain",
     "java_runtime",
     "local_session",
+    "plain_interrupts",
     "register",
     "register_in_pipeline",
     "rewrite",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -107,6 +109,19 @@ def connect_session(remote: str, app_name: str = "flightfeed") -> Any:
     spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
     register(spark)
     return spark
+
+
+def plain_interrupts() -> None:
+    """Make Ctrl-C raise KeyboardInterrupt again, as before a classic session started (call it
+    after the session starts, from a program's main thread; elsewhere it does nothing).
+
+    PySpark's own handler cancels the session's jobs from inside the signal handler: a call into
+    the JVM while the interrupted one still reads the same py4j socket, so each logs tracebacks
+    (~260 lines) before the interrupt gets through. Stopping the session cancels the jobs. A
+    notebook, where Ctrl-C should cancel a job and keep the session, wants PySpark's handler:
+    leave it there."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def spark_session(app_name: str, *, master: str | None = None, remote: str | None = None) -> Any:
