@@ -55,11 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     from flightfeed.cluster import serve_in_background
     from flightfeed.coordinator import table_command
     from flightfeed.examples.chunk_scan import catalog, scan_rows
-    from flightfeed.spark import client, error_message, plain_interrupts, spark_session
+    from flightfeed.spark import client, error_message, spark_session
 
     with serve_in_background(catalog(args.chunk_delay), local_workers=args.workers) as cluster:
-        spark = spark_session("streaming_scan", master=args.master, remote=args.remote)
-        plain_interrupts()  # Ctrl-C: one line, not PySpark's tracebacks
+        spark = spark_session(
+            "streaming_scan", master=args.master, remote=args.remote, ctrl_c="plain"
+        )
         sink = f"scan_{uuid.uuid4().hex}"
         try:
             rows = (

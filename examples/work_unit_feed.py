@@ -39,11 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from flightfeed.spark import error_message, explain, plain_interrupts, spark_session, sql
+    from flightfeed.spark import error_message, explain, spark_session, sql
 
     with serve_in_background(catalog(), local_workers=args.workers) as cluster:
-        spark = spark_session("work_unit_feed", master=args.master, remote=args.remote)
-        plain_interrupts()  # Ctrl-C: one line, not PySpark's tracebacks
+        spark = spark_session(
+            "work_unit_feed", master=args.master, remote=args.remote, ctrl_c="plain"
+        )
         try:
             df = sql(spark, cluster.location, args.query)
             if args.show_distributed_plan:

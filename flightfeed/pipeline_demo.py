@@ -88,15 +88,14 @@ def run_pipeline(workers: int = 2) -> PipelineResult:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from .spark import local_session, plain_interrupts, sql
+    from .spark import local_session, sql
 
     console = Console()
     query, arguments = pipeline_query(workers)
     chunks = CHUNKS_PER_PARTITION * PARTITIONS_PER_WORKER * workers
     console.print("[bold]1. A Spark pipeline over work discovered at runtime[/bold]")
     with console.status("starting a local Spark session (local[2])"):
-        spark = local_session("flightfeed-demo")
-    plain_interrupts()
+        spark = local_session("flightfeed-demo", ctrl_c="plain")  # one line, not tracebacks
     try:
         with serve_in_background(catalog(delay=CHUNK_DELAY), local_workers=workers) as cluster:
             console.print(f"coordinator {cluster.location}, {workers} local workers")

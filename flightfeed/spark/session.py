@@ -10,13 +10,17 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
 from .._version import __version__
 from ..errors import FlightfeedError, InvalidArgument
 from .source import FlightfeedDataSource
+
+CtrlC = Literal["pyspark", "plain"]
+"""What Ctrl-C does once a classic session started: PySpark's handler (cancel the jobs; right in
+a notebook), or a plain KeyboardInterrupt (`plain_interrupts`; right in a script)."""
 
 FILTER_PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 LOCAL_DEFAULTS: Mapping[str, str] = {
@@ -86,9 +90,19 @@ def java_runtime() -> str:
     return found
 
 
-def local_session(app_name: str = "flightfeed", master: str = "local[2]", **conf: str) -> Any:
+def local_session(
+    app_name: str = "flightfeed",
+    master: str = "local[2]",
+    *,
+    ctrl_c: CtrlC = "pyspark",
+    **conf: str,
+) -> Any:
     """A SparkSession ready for flightfeed: a local one by default, or `master` (a cluster
-    URL); Spark's Python workers run this interpreter unless PYSPARK_PYTHON says otherwise."""
+    URL); Spark's Python workers run this interpreter unless PYSPARK_PYTHON says otherwise.
+    `ctrl_c="plain"`: `plain_interrupts()` as soon as the session exists, before the check of
+    its workers (a Spark job of a few seconds)."""
+    if ctrl_c not in ("pyspark", "plain"):
+        raise InvalidArgument(f"ctrl_c must be 'pyspark' or 'plain', not {ctrl_c!r}")
     java_runtime()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -97,6 +111,8 @@ def local_session(app_name: str = "flightfeed", master: str = "local[2]", **conf
     for key, value in {**LOCAL_DEFAULTS, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if ctrl_c == "plain":
+        plain_interrupts()
     register(spark)
     return spark
 
@@ -124,10 +140,17 @@ def plain_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def spark_session(app_name: str, *, master: str | None = None, remote: str | None = None) -> Any:
-    """A session for `master` (local[2] if neither is given) or, over Spark Connect, `remote`."""
+def spark_session(
+    app_name: str,
+    *,
+    master: str | None = None,
+    remote: str | None = None,
+    ctrl_c: CtrlC = "pyspark",
+) -> Any:
+    """A session for `master` (local[2] if neither is given) or, over Spark Connect, `remote`
+    (whose client leaves Ctrl-C alone: `ctrl_c` is for a classic session)."""
     if master and remote:
         raise InvalidArgument("give a Spark master or a Spark Connect remote, not both")
     if remote:
         return connect_session(remote, app_name)
-    return local_session(app_name, master=master or "local[2]")
+    return local_session(app_name, master=master or "local[2]", ctrl_c=ctrl_c)

@@ -67,6 +67,11 @@ def test_a_master_and_a_remote_are_exclusive() -> None:
         spark_session("app", master="local[1]", remote="sc://localhost:15002")
 
 
+def test_ctrl_c_is_pyspark_or_plain() -> None:
+    with pytest.raises(InvalidArgument, match="ctrl_c must be 'pyspark' or 'plain', not 'Plain'"):
+        spark_session("app", master="local[1]", ctrl_c="Plain")  # type: ignore[arg-type]
+
+
 class Conf:
     """Spark's runtime config; `frozen` as in a Declarative Pipeline, which forbids changes."""
 
