@@ -23,9 +23,10 @@ def format_distributed_plan(
     else:
         lines = ["Coordinator", *_indent(format_plan(plan.root), 1)]
     for stage in plan.stages:
+        per_task = stage.partitions_per_task
         lines.append(
             f"Stage {stage.stage_id}: {stage.note},"
-            f" {stage.partitions_per_task} output partitions per task"
+            f" {per_task} output partition{'s' if per_task != 1 else ''} per task"
         )
         for task in stage.tasks:
             where = (workers or {}).get((stage.stage_id, task.task_number))
