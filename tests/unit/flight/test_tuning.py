@@ -48,6 +48,22 @@ def test_malloc_thresholds_are_applied() -> None:
     assert tune_malloc() is True
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
+@pytest.mark.parametrize(("switch", "tuned"), [("0", True), ("1", False)])
+def test_malloc_is_tuned_once_unless_switched_off(switch: str, tuned: bool) -> None:
+    """`tune_malloc_once` is what a Spark Python worker gets when it reads (a fresh process:
+    the result is cached for the process)."""
+    code = (
+        "from flightfeed.flight.tuning import tune_malloc_once as t;"
+        "print(t(), t(), t.cache_info().misses)"
+    )
+    env = {**os.environ, "FLIGHTFEED_NO_MALLOC_TUNING": switch}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == [str(tuned), str(tuned), "1"]
+
+
 def test_uvloop_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLIGHTFEED_UVLOOP", "0")
     assert use_uvloop_default() is False
