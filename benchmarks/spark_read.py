@@ -9,7 +9,9 @@ materialized in full with the `noop` sink (every column reaches the JVM, nothing
 - ceiling: a Python data source whose reader yields the same batches straight from memory
   (each Python worker generates the whole dataset once and keeps it). Spark's
   Python-worker→JVM path is the same for both, so this is the best any Python data source can
-  do;
+  do. It settles its Python worker as flightfeed's reader does (spark/python_worker.py: its
+  heap frozen out of the collection pyspark runs after every task, malloc tuned), so that the
+  two differ in what they read, not in how their worker is tuned;
 - Parquet: `spark.read.parquet` over the same rows in files (the JVM's own vectorized reader).
 
 Each round reads once with each reader, in an order that rotates from round to round, after
@@ -39,6 +41,7 @@ from _common import median, result_line, worker_process
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from flightfeed.cluster import serve_in_background
+from flightfeed.spark.python_worker import settle_python_worker
 from flightfeed.testing.rows import ROWS_SCHEMA, catalog, generated_partition, generated_table
 
 TARGET = 0.9
@@ -55,6 +58,7 @@ class MemoryRowsReader(DataSourceReader):
         return [InputPartition(index) for index in range(self.partitions_count)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        settle_python_worker()  # as flightfeed's reader does: the same worker, tuned alike
         for index in range(self.partitions_count):  # the whole dataset, once per process
             generated_partition(self.rows, self.partitions_count, index)
         yield from generated_partition(self.rows, self.partitions_count, partition.value)

@@ -63,9 +63,8 @@ def tune_malloc() -> bool:
 @functools.cache
 def tune_malloc_once() -> bool:
     """`tune_malloc`, once per process, unless FLIGHTFEED_NO_MALLOC_TUNING=1. Also for processes
-    flightfeed only reads in (a Spark Python worker running the data source): gRPC C++ takes
-    its receive buffers from malloc. A 247 MB Spark read cost those workers 0.44 s of CPU
-    tuned, 0.49 s not (the ceiling's: 0.31 s)."""
+    flightfeed only reads in (a Spark Python worker running the data source: gRPC C++ takes its
+    receive buffers from malloc; spark/python_worker.py)."""
     if os.environ.get("FLIGHTFEED_NO_MALLOC_TUNING") == "1":
         return False
     return tune_malloc()

@@ -67,11 +67,11 @@ from .._generated.flightfeed.v1 import TableCommand, TableRef
 from ..coordinator.table_query import table_command
 from ..errors import InvalidArgument
 from ..flight.auth import AUTHORIZATION
-from ..flight.tuning import tune_malloc_once
 from ..plan import decode_expr, encode_expr
 from ..plan.expr_proto import expr_to_proto
 from . import client
 from .filters import split_filters
+from .python_worker import settle_python_worker
 
 SOURCE_NAME = "flightfeed"
 HEADER_PREFIX = "header."
@@ -335,7 +335,7 @@ def read_partition(
     partition: InputPartition, table: TableOptions, schema: StructType
 ) -> Iterator[pa.RecordBatch]:
     """The batches of a partition's endpoint, exactly as Spark declared the columns."""
-    tune_malloc_once()  # (this runs in Spark's Python worker: its malloc, tuned for Flight)
+    settle_python_worker()  # (this runs in Spark's Python worker)
     endpoint: client.Endpoint = partition.value
     target = arrow_schema(schema)
     batches = client.read_endpoint(

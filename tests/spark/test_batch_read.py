@@ -157,3 +157,20 @@ def test_an_unreachable_coordinator_is_named(spark: Any) -> None:
         Exception, match=r"cannot reach the flightfeed coordinator at grpc://127\.0\.0\.1:9"
     ):
         reader.option("table", "scan").load()
+
+
+def test_a_spark_python_worker_is_settled_for_reading(spark: Any) -> None:
+    """In Spark's own Python workers (reused, as by default) the reader's settling freezes the
+    heap, so that the collection pyspark runs after every task skips the modules."""
+
+    def settle(batches: Any) -> Any:
+        import gc
+
+        from flightfeed.spark.python_worker import settle_python_worker
+
+        settle_python_worker()
+        for _ in batches:
+            yield pa.record_batch({"frozen": [gc.get_freeze_count() > 0]})
+
+    rows = spark.range(2, numPartitions=2).mapInArrow(settle, "frozen boolean").collect()
+    assert [row.frozen for row in rows] == [True, True]
