@@ -1,8 +1,8 @@
-"""Spark's Python worker, as a reader of flightfeed finds it: tuned once, where it reads.
+"""Spark's Python worker, as flightfeed's reader and writer find it: tuned once, where they run.
 
-The data source's `read()` runs in a Python worker that Spark forks from its daemon and, by
-default (`spark.python.worker.reuse`), keeps for task after task. Two things there cost more
-CPU than the read itself:
+The data source's `read()` and `write()` run in a Python worker that Spark forks from its
+daemon and, by default (`spark.python.worker.reuse`), keeps for task after task. Two things
+there cost more CPU than a read itself:
 
 - After every task, pyspark's daemon runs a full `gc.collect()` over the worker's whole heap:
   pyspark, pyarrow, and everything a read imports (flightfeed, grpclib, h2, ...). Measured on

@@ -70,6 +70,7 @@ from .._generated.flightfeed.v1 import (
 )
 from ..errors import FlightfeedError, InvalidArgument, RemoteError
 from . import client
+from .python_worker import settle_python_worker
 from .source import (
     SOURCE_QUERY,
     SOURCE_TABLE,
@@ -219,6 +220,7 @@ class TableTarget:
     ) -> int:
         """DoPut `batches` staged as (job, partition, attempt); the rows the worker staged.
         An empty partition sends nothing."""
+        settle_python_worker()  # (this runs in Spark's Python worker)
         batches = iter(batches)
         first = next(batches, None)
         if first is None:
