@@ -131,6 +131,10 @@ class FlightHandler:
     async def do_exchange(
         self, ctx: CallContext, reader: FlightDataReader, writer: FlightDataWriter
     ) -> None:
+        """Return only once the client has finished sending (`reader` at its end): a pyarrow
+        client still sending when the call ended was seen to lose the messages it had not read
+        yet (a protocol that has the client send until the end needs an end marker of its
+        own, then a bounded wait for the client's half-close)."""
         raise Unimplemented("DoExchange is not implemented by this server")
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
