@@ -105,15 +105,22 @@ def counted(provider: UnitProvider) -> HashAggregate:
     )
 
 
-async def test_a_connection_lost_mid_read_is_unavailable_and_names_the_worker() -> None:
+@asynccontextmanager
+async def flaky_cluster(max_attempts: int) -> AsyncIterator[tuple[Coordinator, str, FlakyChannels]]:
+    """Two in-process workers; the first one's channel resets its first ExecuteTask stream."""
     async with start_workers(2, session_builder=unit_session_builder, in_process=True) as workers:
         flaky = workers[0].location
         channels = FlakyChannels(flaky, resets=1)
-        options = unit_coordinator_options(tasks=2, channels=channels, max_attempts=1)
+        options = unit_coordinator_options(tasks=2, channels=channels, max_attempts=max_attempts)
         resolver = StaticWorkerResolver([w.location for w in workers])
         async with Coordinator(resolver, **options) as coordinator:
-            with pytest.raises(RemoteError) as info:
-                await coordinator.collect(counted(UnitProvider([3, 2])))
+            yield coordinator, flaky, channels
+
+
+async def test_a_connection_lost_mid_read_is_unavailable_and_names_the_worker() -> None:
+    async with flaky_cluster(max_attempts=1) as (coordinator, flaky, _):
+        with pytest.raises(RemoteError) as info:
+            await coordinator.collect(counted(UnitProvider([3, 2])))
     error = info.value
     assert error.grpc_status is Status.UNAVAILABLE
     assert f"connection to worker {flaky} failed: {RESET}" in str(error)
@@ -121,14 +128,9 @@ async def test_a_connection_lost_mid_read_is_unavailable_and_names_the_worker() 
 
 
 async def test_the_attempt_is_retried_and_the_metrics_say_why() -> None:
-    async with start_workers(2, session_builder=unit_session_builder, in_process=True) as workers:
-        flaky = workers[0].location
-        channels = FlakyChannels(flaky, resets=1)
-        options = unit_coordinator_options(tasks=2, channels=channels, max_attempts=2)
-        resolver = StaticWorkerResolver([w.location for w in workers])
-        async with Coordinator(resolver, **options) as coordinator:
-            table = await coordinator.collect(counted(UnitProvider([3, 2])))
-            metrics = coordinator.metrics.latest
+    async with flaky_cluster(max_attempts=2) as (coordinator, flaky, channels):
+        table = await coordinator.collect(counted(UnitProvider([3, 2])))
+        metrics = coordinator.metrics.latest
     assert dict(zip(*table.sort_by("partition").to_pydict().values(), strict=True)) == {0: 3, 1: 2}
     assert channels.resets == [0]  # the one reset happened, and the retry read whole
     assert metrics is not None
