@@ -133,8 +133,9 @@ class FlightHandler:
     ) -> None:
         """Return only once the client has finished sending (`reader` at its end): a pyarrow
         client still sending when the call ended was seen to lose the messages it had not read
-        yet (a protocol that has the client send until the end needs an end marker of its
-        own, then a bounded wait for the client's half-close)."""
+        yet (branch spike/shared-memory-read, test_a_slow_reader_gets_every_batch). A protocol
+        whose client sends until the end needs an end marker of its own, then a bounded wait
+        for the client's half-close."""
         raise Unimplemented("DoExchange is not implemented by this server")
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:

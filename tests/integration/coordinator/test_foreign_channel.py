@@ -41,12 +41,12 @@ RESET = "Connection reset by peer"
 
 class ResetsMidRead:
     """Another transport's channel to a worker (delegating to an in-process one) whose first
-    `resets` ExecuteTask streams lose their connection after one batch, as a socket reset
+    `owner.resets_left` ExecuteTask streams lose their connection after one batch, as a socket reset
     would surface from it: a raw ConnectionResetError."""
 
-    def __init__(self, inner: WorkerChannel, resets: list[int]) -> None:
+    def __init__(self, inner: WorkerChannel, owner: FlakyChannels) -> None:
         self._inner = inner
-        self._resets = resets  # shared by every channel to the worker: [streams left to cut]
+        self._owner = owner  # (its count is shared by every channel to the worker)
 
     @property
     def url(self) -> str:
@@ -65,8 +65,8 @@ class ResetsMidRead:
         self, request: ExecuteTaskRequest, *, headers: Headers | None = None
     ) -> AsyncIterator[AsyncIterable[pa.RecordBatch]]:
         async with self._inner.execute_task(request, headers=headers) as batches:
-            if self._resets[0] > 0:
-                self._resets[0] -= 1
+            if self._owner.resets_left > 0:
+                self._owner.resets_left -= 1
                 yield self._reset_after_one(batches)
             else:
                 yield batches
@@ -90,11 +90,11 @@ class FlakyChannels(ChannelResolver):
     def __init__(self, flaky: str, resets: int) -> None:
         super().__init__()
         self.flaky = flaky
-        self.resets = [resets]
+        self.resets_left = resets
 
     async def channel(self, url: str) -> WorkerChannel:
         channel = await super().channel(url)
-        return ResetsMidRead(channel, self.resets) if url == self.flaky else channel
+        return ResetsMidRead(channel, self) if url == self.flaky else channel
 
 
 def counted(provider: UnitProvider) -> HashAggregate:
@@ -132,7 +132,7 @@ async def test_the_attempt_is_retried_and_the_metrics_say_why() -> None:
         table = await coordinator.collect(counted(UnitProvider([3, 2])))
         metrics = coordinator.metrics.latest
     assert dict(zip(*table.sort_by("partition").to_pydict().values(), strict=True)) == {0: 3, 1: 2}
-    assert channels.resets == [0]  # the one reset happened, and the retry read whole
+    assert channels.resets_left == 0  # the one reset happened, and the retry read whole
     assert metrics is not None
     assert len(metrics.failed_attempts) == 1
     failed = metrics.failed_attempts[0]
