@@ -9,9 +9,10 @@ materialized in full with the `noop` sink (every column reaches the JVM, nothing
 - ceiling: a Python data source whose reader yields the same batches straight from memory
   (each Python worker generates the whole dataset once and keeps it). Spark's
   Python-worker→JVM path is the same for both, so this is the best any Python data source can
-  do. It settles its Python worker as flightfeed's reader does (spark/python_worker.py: its
-  heap frozen out of the collection pyspark runs after every task, malloc tuned), so that the
-  two differ in what they read, not in how their worker is tuned;
+  do. It settles its Python workers as flightfeed's source does (spark/python_worker.py: the heap
+  frozen out of the collection pyspark runs after every task or planning command, malloc
+  tuned), in the workers that plan a read as in those that read, so that the two differ in
+  what they read, not in how their workers are tuned;
 - Parquet: `spark.read.parquet` over the same rows in files (the JVM's own vectorized reader).
 
 Each round reads once with each reader, in an order that rotates from round to round, after
@@ -70,9 +71,11 @@ class MemoryRows(DataSource):
         return "generated_rows_in_memory"
 
     def schema(self) -> str:
+        settle_python_worker()  # planning runs in reused Python workers too: tuned alike
         return "id bigint not null, x double not null, bucket bigint not null, name string not null"
 
     def reader(self, schema: Any) -> DataSourceReader:
+        settle_python_worker()
         return MemoryRowsReader(int(self.options["rows"]), int(self.options["partitions"]))
 
 

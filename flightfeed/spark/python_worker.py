@@ -1,15 +1,19 @@
 """Spark's Python worker, as flightfeed's reader and writer find it: tuned once, where they run.
 
-The data source's `read()` and `write()` run in a Python worker that Spark forks from its
-daemon and, by default (`spark.python.worker.reuse`), keeps for task after task. Two things
-there cost more CPU than a read itself:
+Everything the data source does runs in Python workers that Spark forks from its daemons
+and, by default (`spark.python.worker.reuse`), keeps from one command to the next: `read()`
+and `write()` in one kind, and in others creating the source (`schema()`), planning a read
+(`reader()`, `pushFilters()`, `partitions()`) or a write, and committing one. Two things
+there cost more CPU than the work itself:
 
-- After every task, pyspark's daemon runs a full `gc.collect()` over the worker's whole heap:
-  pyspark, pyarrow, and everything a read imports (flightfeed, grpclib, h2, ...). Measured on
-  a 247 MB read over four Spark tasks, that was 0.25 s of the Python workers' 0.44 s of CPU.
-  Freezing the heap as it stands at the first read (`gc.freeze`, after one collection so that
-  no garbage is kept) takes the modules out of those passes; what the tasks allocate later is
-  collected as before.
+- After every task or command, pyspark's daemon runs a full `gc.collect()` over the worker's
+  whole heap: pyspark, pyarrow, and everything flightfeed imports (grpclib, h2, ...).
+  Measured on a 247 MB read over four Spark tasks, that was 0.25 s of the reading workers'
+  0.44 s of CPU, and another ~0.11 s in the two workers that create the source and plan the
+  read, for every read however small. Freezing the heap as it stands the first time
+  flightfeed runs there (`gc.freeze`, after one collection so that no garbage is kept) takes
+  the modules out of those passes (the planning workers' share fell to ~0.01 s); what is
+  allocated later is collected as before.
 - gRPC C++ takes its receive buffers from malloc: glibc's thresholds are raised as in
   flightfeed's own processes (`flight.tuning.tune_malloc_once`).
 

@@ -265,16 +265,22 @@ class FlightfeedDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
+    # Each method below runs in a Python worker of Spark's own (creating the source, planning
+    # a read or a write), reused from command to command: settled as the readers' are.
+
     def schema(self) -> StructType:
+        settle_python_worker()
         table = TableOptions.of(self.options)
         return spark_schema(table.arrow_schema(), table)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        settle_python_worker()
         return FlightfeedReader(TableOptions.of(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .stream import FlightfeedStreamReader
 
+        settle_python_worker()
         table = TableOptions.of(self.options)
         if table.is_table:
             raise InvalidArgument(
@@ -286,11 +292,13 @@ class FlightfeedDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .writer import FlightfeedTableWriter
 
+        settle_python_worker()
         return FlightfeedTableWriter.create(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .writer import FlightfeedStreamTableWriter
 
+        settle_python_worker()
         return FlightfeedStreamTableWriter.create(self.options, schema, overwrite)
 
 

@@ -266,6 +266,7 @@ class TableTarget:
         return self._action(ABORT_STAGED, bytes(request))
 
     def _action(self, kind: str, body: bytes) -> int:
+        settle_python_worker()  # (a commit or an abort runs in a Python worker of Spark's)
         try:
             answer = client.do_action(
                 self.uri, kind, body, self.headers, self.timeout, connection=self.connection

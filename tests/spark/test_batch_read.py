@@ -174,3 +174,40 @@ def test_a_spark_python_worker_is_settled_for_reading(spark: Any) -> None:
 
     rows = spark.range(2, numPartitions=2).mapInArrow(settle, "frozen boolean").collect()
     assert [row.frozen for row in rows] == [True, True]
+
+
+def test_the_workers_that_create_and_plan_a_read_are_settled_too(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    """Creating the source and planning a read run in Python workers of other kinds, which
+    pyspark's daemons also collect in full after every command: flightfeed's source settles
+    them too. A probe source read after a flightfeed read finds both heaps frozen."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class ProbeReader(DataSourceReader):
+        def __init__(self, created: bool) -> None:
+            import gc
+
+            self.created = created
+            self.planned = gc.get_freeze_count() > 0  # (in the worker that plans the read)
+
+        def read(self, partition: Any) -> Any:
+            yield (self.created, self.planned)
+
+    class HeapProbe(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "flightfeed_test_heap_probe"
+
+        def schema(self) -> str:
+            import gc
+
+            self.created = gc.get_freeze_count() > 0  # (in the worker that creates the source)
+            return "created boolean, planned boolean"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return ProbeReader(self.created)
+
+    spark.dataSource.register(HeapProbe)
+    assert len(rows(read(spark, service, "numbers"))) == NUMBERS.num_rows
+    assert rows(spark.read.format(HeapProbe.name()).load()) == [(True, True)]
