@@ -60,7 +60,9 @@ def _first(states: Sequence[pa.Array]) -> pa.Array:
 
 def _count(states: Sequence[pa.Array]) -> pa.Array:
     # A global aggregate over no rows merges zero partial states: sum() gives null, count is 0.
-    return pc.fill_null(states[0], 0)
+    # (fill_null costs ~6 us of Python even with nothing to fill: checked first.)
+    counts = states[0]
+    return pc.fill_null(counts, 0) if counts.null_count else counts
 
 
 def _mean(states: Sequence[pa.Array]) -> pa.Array:
