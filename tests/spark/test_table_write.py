@@ -200,6 +200,46 @@ def test_a_written_dataframe_reads_back_exactly(
     assert arrow_of(df).equals(expected)
 
 
+def test_the_workers_that_plan_and_commit_a_write_are_settled_too(
+    spark: Any, written: tuple[str, pa.Table], tmp_path: Path
+) -> None:
+    """Planning a write and committing it run in reused Python workers of their own kinds,
+    which pyspark's daemons collect in full after every command: flightfeed's writer settles
+    them as its reader settles the others. A probe write after a flightfeed write (`written`)
+    finds both heaps frozen."""
+    from pyspark.sql.datasource import DataSource, DataSourceWriter, WriterCommitMessage
+
+    report = tmp_path / "frozen"
+
+    class ProbeWriter(DataSourceWriter):
+        def __init__(self, planned: bool) -> None:
+            self.planned = planned
+
+        def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+            import gc
+
+            report.write_text(f"{self.planned} {gc.get_freeze_count() > 0}")  # (committing)
+
+    class HeapProbe(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "flightfeed_test_write_heap_probe"
+
+        def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+            import gc
+
+            return ProbeWriter(gc.get_freeze_count() > 0)  # (in the worker planning the write)
+
+    spark.dataSource.register(HeapProbe)
+    spark.range(1).write.format(HeapProbe.name()).mode("append").save()
+    assert report.read_text() == "True True"
+
+
 SINCE = T0 + datetime.timedelta(seconds=1000, milliseconds=1)
 WANTED = [i for i in range(ROWS) if i < 2500 and i % 11 and i % 5 == 1 and i > 1000]
 """The ids of id < 2500 AND host = 'h1' AND ts >= SINCE."""
