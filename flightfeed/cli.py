@@ -10,6 +10,7 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--fanout-claim-timeout SECONDS]
                   [--max-header-list-size BYTES] [--min-receive-rate BYTES_PER_SECOND]
                   [--receive-grace SECONDS] [--idle-timeout SECONDS]
+                  [--shared-memory-dir DIR | --no-shared-memory]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
                   (--worker grpc://host:port ... | --local-workers N)
                   [--tls-cert PEM --tls-key PEM] [--tls-ca PEM]
@@ -118,6 +119,13 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         peer_tls=client_tls(args),
         auth=auth(args),
         peer_token=own_token(args),
+        shared_memory_dir=(
+            None
+            if args.no_shared_memory
+            else os.path.abspath(args.shared_memory_dir)
+            if args.shared_memory_dir is not None
+            else WorkerConfig().shared_memory_dir
+        ),
     )
 
 
@@ -328,6 +336,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="a directory whose Parquet files plans may read (repeatable; default: none, plans"
         " with a ParquetScan are refused)",
+    )
+    shared = worker.add_mutually_exclusive_group()
+    shared.add_argument(
+        "--shared-memory-dir",
+        type=existing_directory,
+        default=None,
+        metavar="DIR",
+        help="where readers on this host (Spark's Python workers) are handed batches in shared"
+        f" memory instead of through the socket (default {WorkerConfig().shared_memory_dir})",
+    )
+    shared.add_argument(
+        "--no-shared-memory",
+        action="store_true",
+        help="stream every read through the socket, even to readers on this host",
     )
     worker.add_argument(
         "--peer",

@@ -22,6 +22,7 @@ from grpclib.const import Status
 
 from ..errors import FlightfeedError, InvalidArgument, NotFound, RemoteError, Unauthenticated
 from ..flight.auth import AUTHORIZATION, read_tokens
+from .shared_read import on_this_host, read_ticket
 
 DEFAULT_TIMEOUT = 60.0
 COORDINATOR = "flightfeed coordinator"
@@ -249,19 +250,26 @@ def read_endpoint(
     *,
     connection: Connection = PLAIN,
     coordinator: str | None = None,
+    shared_memory: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """The batches of one endpoint, read from the first of its locations that answers. When
     none does and the endpoint is a `coordinator`'s held query, the coordinator is asked
-    where its task runs now (it moves a lost worker's tasks), and the read goes there."""
+    where its task runs now (it moves a lost worker's tasks), and the read goes there. With
+    `shared_memory`, a worker on this host hands its batches over in shared memory
+    (shared_read.py) instead of through the socket."""
     try:
-        yield from _read_locations(endpoint, headers, timeout, connection)
+        yield from _read_locations(
+            endpoint, headers, timeout, connection, shared_memory=shared_memory
+        )
     except _Unreachable as unreachable:
         if coordinator is None:
             raise unreachable.error from None
         moved = relocate(coordinator, endpoint, unreachable.failed, headers, connection=connection)
         if moved.locations == endpoint.locations and moved.ticket == endpoint.ticket:
             raise unreachable.error from None
-        yield from _read_locations(moved, headers, timeout, connection, fallback=False)
+        yield from _read_locations(
+            moved, headers, timeout, connection, fallback=False, shared_memory=shared_memory
+        )
 
 
 class _Unreachable(Exception):
@@ -300,6 +308,7 @@ def _read_locations(
     connection: Connection,
     *,
     fallback: bool = True,
+    shared_memory: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     errors: list[str] = []
     for location in endpoint.locations:
@@ -307,10 +316,13 @@ def _read_locations(
         try:
             with connection.connect(location) as client:
                 call = _options(headers, timeout, connection)
-                reader = client.do_get(fl.Ticket(endpoint.ticket), call)
-                for chunk in reader:
+                if shared_memory and on_this_host(location):
+                    batches = read_ticket(client, location, endpoint.ticket, call)
+                else:
+                    batches = (c.data for c in client.do_get(fl.Ticket(endpoint.ticket), call))
+                for batch in batches:
                     yielded = True
-                    yield chunk.data
+                    yield batch
             return
         except (fl.FlightError, pa.ArrowException, OSError) as exc:
             error = flight_error(location, "DoGet", exc, WORKER)

@@ -20,8 +20,10 @@ the default: a query of the coordinator's catalog; "table": a durable table the 
 (source=table: how many slices of the table's rows to read in parallel, one Spark partition
 each; default 1, as the data source cannot see Spark's parallelism: set it to e.g.
 `spark.sparkContext.defaultParallelism` to read in parallel), `columns` (comma-separated, to
-read fewer), `timeout` (seconds per call), and `header.NAME` (a header sent with every call;
-the workers' session builders see the query's). A server that requires a bearer token gets
+read fewer), `timeout` (seconds per call), `header.NAME` (a header sent with every call;
+the workers' session builders see the query's), and `sharedMemory` (true, the default: a worker
+at a loopback address hands its batches to the reader in shared memory instead of through the
+socket; false: always through the socket). A server that requires a bearer token gets
 `token`, or the first token of the file `tokenFile`, as `authorization: Bearer <token>` on
 every call; a `grpc+tls://` one is checked against the PEM CA bundle `tlsRootCerts` (the
 system's roots without it), and a server requiring mutual TLS gets the client certificate
@@ -121,6 +123,8 @@ class TableOptions:
     partitions: int = 1
     connection: client.Connection = client.PLAIN
     """The token and TLS files every call uses."""
+    shared_memory: bool = True
+    """Whether a worker on the reader's host may hand batches over in shared memory."""
 
     def __repr__(self) -> str:
         """Without the token (Spark may log a reader): an `authorization` header is hidden
@@ -185,8 +189,22 @@ class TableOptions:
                 "option 'partitions' is for source=table (a coordinator's query has the"
                 " partitions its plan gives it)"
             )
+        shared = found.get("sharedmemory", "true").strip().lower()
+        if shared not in ("true", "false"):
+            raise InvalidArgument(
+                f"option 'sharedMemory' is true or false, got {found['sharedmemory']!r}"
+            )
         return cls(
-            uri, table, tuple(arguments), columns, headers, timeout, source, partitions, connection
+            uri,
+            table,
+            tuple(arguments),
+            columns,
+            headers,
+            timeout,
+            source,
+            partitions,
+            connection,
+            shared == "true",
         )
 
     @property
@@ -352,6 +370,7 @@ def read_partition(
         table.timeout,
         connection=table.connection,
         coordinator=None if table.is_table else table.uri,  # it moves a lost worker's tasks
+        shared_memory=table.shared_memory,
     )
     for batch in batches:
         yield conform(batch, target)

@@ -10,6 +10,7 @@ from ..flight.auth import Authenticator
 from ..flight.connection_limits import ConnectionLimits
 from ..flight.idle_release import DEFAULT_QUIET_SECONDS
 from ..flight.keepalive import WORKER_SERVER_KEEPALIVE, KeepalivePolicy
+from ..flight.shared_memory import DEFAULT_DIRECTORY as DEFAULT_SHARED_MEMORY_DIRECTORY
 from ..flight.tls import ClientTls, ServerTls
 from ..plan.memory import default_memory_limit
 from ..tables.payload import CompressionMode
@@ -68,6 +69,14 @@ class WorkerConfig:
     auth: who may call the worker: every call on its port must carry credentials this accepts
         (flight/auth.py: BearerTokens, or any callable of the headers). None: anyone.
     peer_token: the bearer token this worker sends its peers (NetworkShuffle and co.).
+    shared_memory_dir: where a reader on this host may be offered a shared-memory segment for
+        its batches (flight/shared_memory.py; default /dev/shm: where it cannot make a file, the
+        read streams). None: every read streams its batches through the socket.
+    shared_memory_bytes: segment bytes the shared-memory reads may hold at once, in use or kept
+        idle for their readers (a segment takes its pages when it is made); a read that
+        would go past it streams instead.
+    shared_memory_idle_ttl: seconds a segment is kept, unused, for the reader that maps it
+        (Spark reuses its Python workers: their next read reuses its pages).
     """
 
     plan_wait_timeout: float = 10.0
@@ -95,6 +104,9 @@ class WorkerConfig:
     auth: Authenticator | None = None
     peer_token: str | None = None
     table_plan_slots: int = field(default_factory=lambda: max(2, os.cpu_count() or 2))
+    shared_memory_dir: str | None = DEFAULT_SHARED_MEMORY_DIRECTORY
+    shared_memory_bytes: int = 256 << 20
+    shared_memory_idle_ttl: float = 60.0
 
     def __post_init__(self) -> None:
         for name in ("plan_wait_timeout", "idle_ttl", "tombstone_ttl", "fanout_claim_timeout"):
@@ -123,5 +135,11 @@ class WorkerConfig:
             raise ValueError("WorkerConfig.table_compression must be auto, always or never")
         if self.table_plan_slots < 1:
             raise ValueError("WorkerConfig.table_plan_slots must be at least 1")
+        if self.shared_memory_dir is not None and not os.path.isabs(self.shared_memory_dir):
+            raise ValueError("WorkerConfig.shared_memory_dir must be absolute (or None)")
+        if self.shared_memory_bytes < 0:
+            raise ValueError("WorkerConfig.shared_memory_bytes must not be negative")
+        if not self.shared_memory_idle_ttl >= 0:
+            raise ValueError("WorkerConfig.shared_memory_idle_ttl must not be negative")
         if not self.table_purge_interval > 0:
             raise ValueError("WorkerConfig.table_purge_interval must be positive")

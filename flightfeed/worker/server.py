@@ -118,6 +118,8 @@ class Worker:
     async def __aenter__(self) -> Worker:
         async with AsyncExitStack() as stack:
             stack.push_async_callback(self.state.peers.aclose)
+            if (segments := self.state.segments) is not None:
+                stack.push_async_callback(segments.close)  # (last: after every call ended)
             if self.config.data_dir is not None:
                 data_dir = self.config.data_dir
                 tables = await TableEngine.open(None if data_dir == ":memory:" else data_dir)
@@ -137,6 +139,8 @@ class Worker:
             stack.callback(tg.cancel_scope.cancel)
             registry = self.state.registry
             tg.start_soon(registry.reap_idle, name="idle task reaper")
+            if (segments := self.state.segments) is not None:
+                tg.start_soon(segments.expire_idle, name="idle shared-memory segments")
             if self.state.tables is not None:
                 tg.start_soon(
                     purge_expired_rows,

@@ -30,7 +30,7 @@ from ..flight.server import (
 from ..protocol.channel_wire import encode_worker_message
 from ..session import Headers
 from .endpoint import WorkerHandlers
-from .rpc.do_get import FlightSink
+from .rpc.flight_sink import FlightSink
 
 SERVICE: Final = "/flightfeed.v1.WorkerService/"
 

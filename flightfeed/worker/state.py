@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ..errors import Unimplemented
 from ..flight.auth import bearer
 from ..flight.call_count import CallCount
+from ..flight.shared_memory import DEFAULT_SLOT_BYTES, DEFAULT_SLOTS
 from ..plan.memory import MemoryPool
 from ..plan.nodes import ParquetScanCodec
 from ..protocol.channel import WorkerEndpoint
@@ -17,6 +18,25 @@ from ..tables.engine import TableEngine
 from ..tables.priority import PriorityGate
 from .config import WorkerConfig
 from .registry import TaskRegistry
+from .shared_memory_pool import SegmentPool
+
+
+@dataclass
+class SharedMemoryStats:
+    """Shared-memory reads on this worker (counters only grow; `held_bytes` is now)."""
+
+    offered: int = 0
+    """Reads offered a segment."""
+    mapped: int = 0
+    """Of those, reads whose reader mapped it (the others streamed)."""
+    reused: int = 0
+    """Of those, reads of a segment the reader kept from an earlier read."""
+    streamed: int = 0
+    """Reads that asked for shared memory and streamed: no directory, budget spent, a table."""
+    placed_batches: int = 0
+    placed_bytes: int = 0
+    inline_batches: int = 0
+    """Batches of mapped reads that streamed anyway: too large for a slot, or none free."""
 
 
 @dataclass(eq=False)
@@ -32,6 +52,11 @@ class WorkerState:
     """The calls running on the worker's port (none in process: calls are not counted)."""
     memory_releases: int = 0
     """Times the worker handed freed memory back after going quiet."""
+    shared_memory: SharedMemoryStats = field(default_factory=SharedMemoryStats)
+    """Reads offered shared memory, and where their batches went (rpc/shared_memory_read.py)."""
+    segments: SegmentPool | None = field(init=False)
+    """The shared-memory segments of reads on this host (None: WorkerConfig.shared_memory_dir
+    is None, every read streams)."""
     endpoint: WorkerEndpoint | None = None
     """The worker's own handlers (set when it starts): its tasks read each other through them."""
     peers: ChannelResolver = field(init=False)
@@ -45,6 +70,18 @@ class WorkerState:
 
     def __post_init__(self) -> None:
         self.memory = MemoryPool(self.config.memory_limit)
+        config = self.config
+        self.segments = (
+            None
+            if config.shared_memory_dir is None
+            else SegmentPool(
+                config.shared_memory_dir,
+                config.shared_memory_bytes,
+                DEFAULT_SLOTS,
+                DEFAULT_SLOT_BYTES,
+                config.shared_memory_idle_ttl,
+            )
+        )
         self.parquet_codec = ParquetScanCodec(self.config.parquet_roots)
         self.plan_gate = PriorityGate(self.config.table_plan_slots)
         token = self.config.peer_token

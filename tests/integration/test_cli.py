@@ -24,6 +24,7 @@ from flightfeed.flight import KeepalivePolicy
 from flightfeed.flight.connection_limits import ConnectionLimits
 from flightfeed.flight.grpc import GrpcChannel
 from flightfeed.flight.tuning import run
+from flightfeed.worker import WorkerConfig
 
 
 @pytest.fixture
@@ -212,6 +213,27 @@ def test_a_parquet_root_must_be_a_directory(
     assert exit_info.value.code == 2
     message = f"argument --parquet-root: must be an existing directory, got {root!r} ({why})"
     assert message in capsys.readouterr().err
+
+
+def test_shared_memory_is_on_by_default_in_a_directory_or_off(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: os.PathLike[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def shared_dir(*argv: str) -> str | None:
+        return worker_config(build_parser().parse_args(["worker", *argv])).shared_memory_dir
+
+    assert shared_dir() == WorkerConfig().shared_memory_dir == "/dev/shm"
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("shm")
+    assert shared_dir("--shared-memory-dir", "shm") == os.path.join(os.fspath(tmp_path), "shm")
+    assert shared_dir("--no-shared-memory") is None
+    with pytest.raises(SystemExit):
+        shared_dir("--shared-memory-dir", "missing")
+    assert "must be an existing directory, got 'missing'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        shared_dir("--shared-memory-dir", "shm", "--no-shared-memory")
+    assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_worker_connection_options_shape_its_limits() -> None:

@@ -211,3 +211,42 @@ def test_the_workers_that_create_and_plan_a_read_are_settled_too(
     spark.dataSource.register(HeapProbe)
     assert len(rows(read(spark, service, "numbers"))) == NUMBERS.num_rows
     assert rows(spark.read.format(HeapProbe.name()).load()) == [(True, True)]
+
+
+def mapped_reads(service: CoordinatorCluster) -> int:
+    return sum(worker.state.shared_memory.mapped for worker in service.workers)
+
+
+def test_the_python_workers_later_reads_reuse_their_segments(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    """Spark reuses its Python workers, and each keeps the segments it mapped: its later reads
+    of the same worker get the same segment again, no new file or page."""
+
+    def reused() -> int:
+        return sum(worker.state.shared_memory.reused for worker in service.workers)
+
+    before, mapped_before = reused(), mapped_reads(service)
+    for _ in range(4):
+        assert len(read(spark, service, "scan", *SEED).collect()) == len(scan_rows(*SEED))
+    assert mapped_reads(service) > mapped_before
+    assert reused() > before
+
+
+def test_workers_on_the_readers_host_hand_batches_over_in_shared_memory(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    """The workers are on loopback: every partition's batches come through shared memory (the
+    Python workers map each read's segment), the same rows as through the socket."""
+    expected = scan_rows(*SEED).sort_by([("task", "ascending"), ("partition", "ascending")])
+    before = mapped_reads(service)
+    shared = read(spark, service, "scan", *SEED).toArrow()
+    partitions = read(spark, service, "scan", *SEED).rdd.getNumPartitions()
+    assert mapped_reads(service) - before == partitions
+    streamed = read(spark, service, "scan", *SEED, sharedMemory="false").toArrow()
+    assert mapped_reads(service) - before == partitions  # through the socket: none mapped
+    for table in (shared, streamed):
+        got = table.select(expected.column_names)
+        assert got.sort_by([("task", "ascending"), ("partition", "ascending")]).to_pylist() == (
+            expected.to_pylist()
+        )

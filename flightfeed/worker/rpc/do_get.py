@@ -1,5 +1,6 @@
 """The worker's Flight face: DoGet whose ticket is a serialized ExecuteTaskRequest (any Flight
-client runs a task), and the worker's tables."""
+client runs a task), DoExchange reading such a ticket through shared memory (a reader on the
+worker's host), and the worker's tables."""
 
 from __future__ import annotations
 
@@ -14,25 +15,15 @@ from ..._generated.arrow.flight.protocol import (
     FlightInfo,
 )
 from ...flight.server import CallContext, FlightHandler, PutResultWriter
+from ...flight.shared_memory import is_loopback_peer
 from ...flight.streams import FlightDataReader, FlightDataWriter
-from ...protocol.tickets import batch_app_metadata, parse_ticket
+from ...protocol.tickets import parse_ticket
 from ...tables.flight import ACTIONS as TABLE_ACTIONS
 from ...tables.flight import TableFlight, is_table_ticket
 from ..state import WorkerState
 from .execute_task import execute_task
-
-
-class FlightSink:
-    """A PartitionSink onto a Flight stream: each batch's partition goes in its app_metadata."""
-
-    def __init__(self, writer: FlightDataWriter) -> None:
-        self._writer = writer
-
-    async def begin(self, schema: pa.Schema) -> None:
-        await self._writer.begin(schema)
-
-    async def write(self, partition: int, batch: pa.RecordBatch) -> None:
-        await self._writer.write(batch, app_metadata=batch_app_metadata(partition))
+from .flight_sink import FlightSink
+from .shared_memory_read import shared_memory_read
 
 
 class WorkerFlightHandler(FlightHandler):
@@ -48,6 +39,12 @@ class WorkerFlightHandler(FlightHandler):
             await self.tables.do_get(ticket, writer)
             return
         await execute_task(self.state, parse_ticket(ticket), FlightSink(writer))
+
+    async def do_exchange(
+        self, ctx: CallContext, reader: FlightDataReader, writer: FlightDataWriter
+    ) -> None:
+        local = is_loopback_peer(ctx.peer)
+        await shared_memory_read(self.state, self.tables, reader, writer, local=local)
 
     async def get_flight_info(self, ctx: CallContext, descriptor: FlightDescriptor) -> FlightInfo:
         return await self.tables.flight_info(descriptor)

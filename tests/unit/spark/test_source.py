@@ -62,6 +62,13 @@ def test_options_are_case_insensitive_and_parsed() -> None:
     )
 
 
+@pytest.mark.parametrize(("value", "shared"), [("true", True), ("FALSE", False), (" True ", True)])
+def test_shared_memory_is_on_unless_switched_off(value: str, shared: bool) -> None:
+    assert TableOptions.of({"uri": URI, "table": "scan"}).shared_memory
+    table = TableOptions.of({"uri": URI, "table": "scan", "sharedMemory": value})
+    assert table.shared_memory is shared
+
+
 def test_location_names_the_coordinator_too() -> None:
     assert TableOptions.of({"location": URI, "table": "scan"}).uri == URI
 
@@ -80,6 +87,7 @@ def test_location_names_the_coordinator_too() -> None:
         ({"uri": URI, "table": "scan", "timeout": "-5"}, "'timeout' must be seconds, more than 0"),
         ({"uri": URI, "table": "scan", "timeout": "nan"}, "'timeout' must be seconds"),
         ({"uri": URI, "table": "scan", "timeout": "inf"}, "'timeout' must be seconds"),
+        ({"uri": URI, "table": "scan", "sharedmemory": "yes"}, "'sharedMemory' is true or false"),
     ],
 )
 def test_bad_options_say_which(options: dict[str, str], message: str) -> None:
