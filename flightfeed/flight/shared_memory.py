@@ -341,8 +341,9 @@ class Segment:
     def fits(self, batch: pa.RecordBatch) -> bool:
         """Whether `batch`, as an IPC stream (schema, batch, end), surely fits a slot."""
         schema = batch.schema
-        if self._framed is None or self._framed[0] is not schema:
-            # The schema message and the end marker (a read's batches share one schema).
+        if self._framed is None or not self._framed[0].equals(schema):
+            # The schema message and the end marker (a read's batches share one schema; each
+            # batch has its own Schema object, so they are compared, in C++).
             self._framed = (schema, schema.serialize().size + 64)
         framing = self._framed[1]
         return bool(pa.ipc.get_record_batch_size(batch) + framing <= self.slot_bytes)

@@ -310,3 +310,17 @@ def test_only_a_loopback_peer_is_offered_a_segment(
     peer: tuple[str, int] | None, local: bool
 ) -> None:
     assert is_loopback_peer(peer) is local
+
+
+def test_a_batch_of_another_schema_is_sized_with_its_own_schema(tmp_path: Path) -> None:
+    """`fits` remembers the schema message's size between batches of one schema, never
+    across schemas: a wide schema alone can fill a slot."""
+    segment = Segment(str(tmp_path), 1, HEADER_BYTES)
+    try:
+        assert segment.fits(batch(1))
+        wide = pa.record_batch({f"column_{i:04d}_{'x' * 40}": [i] for i in range(60)})
+        assert pa.ipc.get_record_batch_size(wide) < HEADER_BYTES  # the batch alone would fit
+        assert not segment.fits(wide)
+        assert segment.fits(batch(2))
+    finally:
+        segment.close()
