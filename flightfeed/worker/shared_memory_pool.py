@@ -44,6 +44,7 @@ class SegmentPool:
         """Bytes of segments being made (counted against the budget before they exist)."""
         self._changed: anyio.Event | None = None
         """Set on any change (made when first waited on: the pool may be built off the loop)."""
+        self._warned = False
 
     @property
     def segment_bytes(self) -> int:
@@ -85,11 +86,18 @@ class SegmentPool:
         self._pending += size
         try:
             await _close(evicted)
-            segment = await anyio.to_thread.run_sync(
-                Segment, self.directory, self.slots, self.slot_bytes
-            )
+            # Shielded: a segment made while its read was cancelled must still be returned, to
+            # be closed by the read's end (its file is unlinked only once a reader maps it).
+            with anyio.CancelScope(shield=True):
+                segment = await anyio.to_thread.run_sync(
+                    Segment, self.directory, self.slots, self.slot_bytes
+                )
         except OSError as exc:  # no such directory, no space, no permission
-            log.warning("shared memory unavailable in %s: %s", self.directory, exc)
+            if not self._warned:  # (once: every read would say it again)
+                log.warning(
+                    "shared memory unavailable in %s, reads stream: %s", self.directory, exc
+                )
+                self._warned = True
             self._notify()
             return None
         finally:

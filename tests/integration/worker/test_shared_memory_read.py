@@ -7,6 +7,7 @@ a reader that breaks the protocol gets a precise error and the worker keeps serv
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -403,3 +404,22 @@ async def test_a_reader_beyond_the_loopback_is_offered_no_segment(tmp_path: Path
         assert segments_of(worker).held_bytes == 0
     assert offers == [Offer(None)]
     assert sorted_by_k(table).equals(TABLE)
+
+
+async def test_a_directory_that_cannot_hold_a_segment_is_logged_once_and_reads_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = WorkerConfig(shared_memory_dir="/nonexistent/flightfeed-shm")
+    async with worker_with_tasks(config, 2) as (worker, tickets):
+        with caplog.at_level(logging.WARNING, logger="flightfeed.worker.shared_memory_pool"):
+            tables = [
+                await anyio.to_thread.run_sync(shared_read, worker.location, ticket)
+                for ticket in tickets
+            ]
+        stats = worker.state.shared_memory
+        assert (stats.offered, stats.streamed) == (0, 2)
+    warnings = [r for r in caplog.records if r.name == "flightfeed.worker.shared_memory_pool"]
+    assert len(warnings) == 1
+    assert "/nonexistent/flightfeed-shm" in warnings[0].getMessage()
+    for table in tables:
+        assert sorted_by_k(table).equals(TABLE)
