@@ -192,12 +192,21 @@ def raw_exchange(
         client.close()
 
 
+def refuse(offer: Offer) -> bytes:
+    """The answer of a reader that could not map the offered segment."""
+    return Reply(False).encode()
+
+
+def accept(offer: Offer) -> bytes | None:
+    """The answer of a reader that mapped the segment (none when there was no offer)."""
+    return Reply(True).encode() if offer.offered else None
+
+
 async def test_a_reader_that_cannot_map_the_segment_gets_every_batch_inline(
     tmp_path: Path,
 ) -> None:
     config = WorkerConfig(shared_memory_dir=str(tmp_path))
     async with worker_with_task(config) as (worker, ticket):
-        refuse = lambda offer: Reply(False).encode()  # noqa: E731
         table = await anyio.to_thread.run_sync(raw_exchange, worker.location, ticket, refuse)
         stats = worker.state.shared_memory
         assert (stats.offered, stats.mapped, stats.streamed) == (1, 0, 1)
@@ -323,7 +332,6 @@ async def test_a_request_naming_a_segment_the_worker_does_not_hold_gets_a_new_on
     offers: list[Offer] = []
     request = Request(("ab" * 16,)).encode()
     async with worker_with_task(config) as (worker, ticket):
-        refuse = lambda offer: Reply(False).encode()  # noqa: E731
         table = await anyio.to_thread.run_sync(
             raw_exchange, worker.location, ticket, refuse, request, offers
         )
@@ -365,7 +373,6 @@ async def test_idle_segments_make_room_within_the_budget(tmp_path: Path) -> None
 async def test_a_malformed_request_is_refused_by_name(tmp_path: Path) -> None:
     config = WorkerConfig(shared_memory_dir=str(tmp_path))
     async with worker_with_task(config) as (worker, ticket):
-        refuse = lambda offer: Reply(False).encode()  # noqa: E731
         with pytest.raises(pa.ArrowInvalid, match="held must list at most 16 segments"):
             await anyio.to_thread.run_sync(
                 raw_exchange, worker.location, ticket, refuse, b'{"held":"x"}'
@@ -395,7 +402,6 @@ async def test_a_reader_beyond_the_loopback_is_offered_no_segment(tmp_path: Path
     config = WorkerConfig(shared_memory_dir=str(tmp_path))
     offers: list[Offer] = []
     async with worker_with_task(config, host=address) as (worker, ticket):
-        accept = lambda offer: Reply(True).encode() if offer.offered else None  # noqa: E731
         table = await anyio.to_thread.run_sync(
             raw_exchange, worker.location, ticket, accept, b"{}", offers
         )
