@@ -47,6 +47,7 @@ task reads its endpoint straight from its worker. A retried task reads the same 
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -69,6 +70,7 @@ from .._generated.flightfeed.v1 import TableCommand, TableRef
 from ..coordinator.table_query import table_command
 from ..errors import InvalidArgument
 from ..flight.auth import AUTHORIZATION
+from ..flight.client import parse_location
 from ..plan import decode_expr, encode_expr
 from ..plan.expr_proto import expr_to_proto
 from . import client
@@ -91,6 +93,54 @@ SPARK_UNSIGNED: dict[pa.DataType, pa.DataType] = {
     pa.uint64(): pa.decimal128(20, 0),
 }
 """Spark has no unsigned integers: a table's read as the narrowest signed type holding them."""
+
+
+OPTION_NAMES: tuple[str, ...] = (
+    "source",
+    "uri",
+    "location",
+    "table",
+    "args",
+    "columns",
+    "timeout",
+    "partitions",
+    "sharedMemory",
+    client.TOKEN,
+    client.TOKEN_FILE,
+    client.TLS_ROOT_CERTS,
+    client.TLS_CERT_CHAIN,
+    client.TLS_PRIVATE_KEY,
+    "maxUnitsPerTrigger",
+    "awaitFeedEnd",
+)
+"""Every option of the data source's reads, stream reads and writes, besides `header.NAME`."""
+_OPTION_SPELLING = {name.lower(): name for name in OPTION_NAMES}
+
+
+def check_option_names(names: Sequence[str]) -> None:
+    """Refuse an option name that is a near miss of one of ours (`tabel`, `maxUnitPerTrigger`):
+    Spark passes every option through unread, so a misspelt one would be silently ignored.
+    Names far from all of ours are left alone, as Spark's own sources leave them (Spark adds
+    some, such as `path`)."""
+    for name in names:
+        if name in _OPTION_SPELLING or name.startswith(HEADER_PREFIX):
+            continue
+        near = difflib.get_close_matches(name, _OPTION_SPELLING, n=1, cutoff=0.8)
+        if near:
+            raise InvalidArgument(
+                f"the flightfeed data source has no option {name!r}: did you mean"
+                f" {_OPTION_SPELLING[near[0]]!r}?"
+            )
+
+
+def flight_uri(value: str) -> str:
+    """Option `uri`, checked now (not as pyarrow's error at the first call), with `grpc://`
+    added to a bare host:port."""
+    try:
+        parse_location(value)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"option 'uri': {exc.message}") from None
+    return value if "://" in value else f"grpc://{value}"
 
 
 def table_ref(text: str) -> TableRef:
@@ -135,6 +185,7 @@ class TableOptions:
     def of(cls, options: Any) -> TableOptions:
         """From Spark's (case-insensitive) options; InvalidArgument naming what is wrong."""
         found = {str(k).lower(): str(v) for k, v in dict(options).items()}
+        check_option_names(list(found))
         source = found.get("source", SOURCE_QUERY).strip().lower()
         if source not in (SOURCE_QUERY, SOURCE_TABLE):
             raise InvalidArgument(
@@ -149,6 +200,7 @@ class TableOptions:
             raise InvalidArgument(
                 f"the flightfeed data source needs option 'uri' ({what}, grpc://host:port)"
             )
+        uri = flight_uri(uri.strip())
         table = found.get("table")
         if not table:
             raise InvalidArgument("the flightfeed data source needs option 'table'")

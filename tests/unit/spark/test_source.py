@@ -22,11 +22,13 @@ from flightfeed.plan import decode_expr
 from flightfeed.spark.client import DEFAULT_TIMEOUT
 from flightfeed.spark.filters import to_expr
 from flightfeed.spark.source import (
+    OPTION_NAMES,
     SOURCE_NAME,
     FlightfeedDataSource,
     FlightfeedReader,
     TableOptions,
     arrow_schema,
+    check_option_names,
     conform,
 )
 
@@ -88,11 +90,41 @@ def test_location_names_the_coordinator_too() -> None:
         ({"uri": URI, "table": "scan", "timeout": "nan"}, "'timeout' must be seconds"),
         ({"uri": URI, "table": "scan", "timeout": "inf"}, "'timeout' must be seconds"),
         ({"uri": URI, "table": "scan", "sharedmemory": "yes"}, "'sharedMemory' is true or false"),
+        ({"uri": "http://127.0.0.1:1", "table": "scan"}, "option 'uri': unsupported Flight"),
+        ({"uri": "grpc://127.0.0.1", "table": "scan"}, "option 'uri': .* want grpc://host:port"),
+        ({"uri": "grpc://127.0.0.1:99999", "table": "scan"}, "option 'uri': unsupported"),
+        ({"uri": URI, "tabel": "scan"}, "no option 'tabel': did you mean 'table'"),
+        ({"uri": URI, "table": "scan", "arg": "[1]"}, "no option 'arg': did you mean 'args'"),
+        (
+            {"uri": URI, "table": "scan", "maxUnitPerTrigger": "5"},
+            "no option 'maxunitpertrigger': did you mean 'maxUnitsPerTrigger'",
+        ),
+        (
+            {"uri": URI, "table": "scan", "tlsrootcert": "ca.pem"},
+            "did you mean 'tlsRootCerts'",
+        ),
     ],
 )
 def test_bad_options_say_which(options: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         TableOptions.of(options)
+
+
+def test_a_bare_host_and_port_is_a_grpc_uri() -> None:
+    assert TableOptions.of({"uri": "127.0.0.1:1", "table": "scan"}).uri == URI
+    assert TableOptions.of({"uri": f" {URI} ", "table": "scan"}).uri == URI
+
+
+@pytest.mark.parametrize("name", ["path", "paths", "checkpointLocation", "queryName", "header.x"])
+def test_options_far_from_ours_are_left_alone(name: str) -> None:
+    """Spark adds some (a load's `path`, a stream's `checkpointLocation`): only near misses of
+    our own names are refused."""
+    assert TableOptions.of({"uri": URI, "table": "scan", name: "x"}).table == "scan"
+
+
+@pytest.mark.parametrize("name", OPTION_NAMES)
+def test_every_option_of_ours_passes_the_name_check(name: str) -> None:
+    check_option_names([name.lower()])  # (Spark hands them over in lower case)
 
 
 @settings(max_examples=60, deadline=None)
