@@ -204,15 +204,22 @@ async def _serve(
             failure.append(error)
             serving.cancel()
 
+    serving_failed: Exception | None = None
     async with anyio.create_task_group() as tg:
         tg.start_soon(receive_freed, tg.cancel_scope, name="shared-memory slots lent back")
-        await execute_task(state, request, SharedMemorySink(writer, segment, lender, stats))
-        await writer.write_metadata(END)
-        with anyio.move_on_after(CLOSE_WAIT):
-            await finished.wait()
-        tg.cancel_scope.cancel()
+        try:
+            await execute_task(state, request, SharedMemorySink(writer, segment, lender, stats))
+            await writer.write_metadata(END)
+            with anyio.move_on_after(CLOSE_WAIT):
+                await finished.wait()
+        except Exception as exc:  # re-raised as is below, not in the group's ExceptionGroup
+            serving_failed = exc
+        finally:
+            tg.cancel_scope.cancel()
     if failure:
         raise failure[0]
+    if serving_failed is not None:
+        raise serving_failed
     return True
 
 

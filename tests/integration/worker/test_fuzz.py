@@ -26,7 +26,7 @@ from helpers.worker_process import resident_bytes, worker_log, worker_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flightfeed._generated.arrow.flight.protocol import Action, FlightDescriptor, Ticket
+from flightfeed._generated.arrow.flight.protocol import Action, FlightData, FlightDescriptor, Ticket
 from flightfeed._generated.flightfeed.v1 import (
     CoordinatorToWorkerMsg,
     ExecuteTaskRequest,
@@ -39,6 +39,7 @@ from flightfeed._generated.flightfeed.v1 import (
 from flightfeed.feeds.codec import UnitRun, encode_batch
 from flightfeed.flight.client import parse_location
 from flightfeed.flight.idle_release import DEFAULT_QUIET_SECONDS
+from flightfeed.flight.shared_memory import Freed, Reply, Request, read_command
 from flightfeed.protocol import WorkerClient
 
 EXAMPLES = int(os.environ.get("FLIGHTFEED_FUZZ_EXAMPLES", "500"))
@@ -68,23 +69,25 @@ CLEAR = {
 """Statuses that say what was wrong with the input; INTERNAL and UNKNOWN never do."""
 
 KEY = TaskKey(query_id=uuid.UUID(int=7).bytes, stage_id=1, task_number=0)
+TICKET = bytes(
+    ExecuteTaskRequest(
+        task_key=KEY, target_partition_start=0, target_partition_end=1, none=NoneHead()
+    )
+)
 VALID = {
-    FLIGHT + "DoGet": bytes(
-        Ticket(
-            ticket=bytes(
-                ExecuteTaskRequest(
-                    task_key=KEY, target_partition_start=0, target_partition_end=1, none=NoneHead()
-                )
-            )
-        )
-    ),
+    FLIGHT + "DoGet": bytes(Ticket(ticket=TICKET)),
     FLIGHT + "DoAction": bytes(Action(type="release", body=b"x")),
     FLIGHT + "GetFlightInfo": bytes(FlightDescriptor(type=2, cmd=b"query")),
     FLIGHT + "GetSchema": bytes(FlightDescriptor(type=1, path=["t"])),
     FLIGHT + "ListFlights": b"",
     FLIGHT + "ListActions": b"",
     FLIGHT + "DoPut": b"",
-    FLIGHT + "DoExchange": b"",
+    FLIGHT + "DoExchange": bytes(  # a shared-memory read (flight/shared_memory.py)
+        FlightData(
+            flight_descriptor=FlightDescriptor(type=2, cmd=read_command(TICKET)),
+            app_metadata=Request((uuid.UUID(int=9).hex,)).encode(),
+        )
+    ),
     WORKER + "GetWorkerInfo": b"",
     WORKER + "ExecuteTask": bytes(
         ExecuteTaskRequest(
@@ -110,6 +113,13 @@ BATCH = bytes(
         work_unit_batch=encode_batch([UnitRun(b"f" * 16, 0, [b"unit-1", b"unit-2"], [1, 2])], 3)
     )
 )
+SECOND = {
+    FLIGHT + "DoExchange": [
+        bytes(FlightData(app_metadata=Reply(True).encode())),
+        bytes(FlightData(app_metadata=Freed((0, 1)).encode())),
+    ],
+}
+"""A well-formed second message of the streams whose second message is not a WorkUnitBatch."""
 
 
 def mutated(data: bytes) -> st.SearchStrategy[bytes]:
@@ -143,7 +153,8 @@ def calls(draw: st.DrawFn) -> tuple[str, list[bytes], bool, list[tuple[str, str]
     elif framing == "raw":
         chunks = [body]
     else:
-        second = draw(st.one_of(st.just(BATCH), mutated(BATCH), st.binary(max_size=64)))
+        follow = draw(st.sampled_from(SECOND.get(path, [BATCH])))
+        second = draw(st.one_of(st.just(follow), mutated(follow), st.binary(max_size=64)))
         chunks = [grpc_message(body), grpc_message(second)]
     headers = draw(
         st.lists(

@@ -263,6 +263,24 @@ async def test_a_reader_breaking_the_protocol_gets_invalid_argument_and_the_work
     assert await anyio.to_thread.run_sync(os.listdir, tmp_path) == []
 
 
+async def test_a_task_that_fails_after_the_segment_is_mapped_gives_its_own_status(
+    tmp_path: Path,
+) -> None:
+    """The task's error (here: its plan never came) reaches the reader as the task's status,
+    not as INTERNAL (found by the fuzzer: it came out wrapped in the read's task group)."""
+    config = WorkerConfig(shared_memory_dir=str(tmp_path), plan_wait_timeout=0.2)
+    async with start_workers(1, config=config) as (worker,):
+        unknown = bytes(none_request(new_key(), 0, 1))
+        with pytest.raises(pa.ArrowKeyError, match="not found error, with message: no plan for"):
+            await anyio.to_thread.run_sync(raw_exchange, worker.location, unknown, accept)
+        assert worker.state.shared_memory.mapped == 1  # (the reader did map it)
+        assert segments_of(worker).held_bytes == 0  # not kept: the read failed
+        async with worker_with_task(config) as (serving, ticket):  # and workers serve on
+            table = await anyio.to_thread.run_sync(shared_read, serving.location, ticket)
+    assert sorted_by_k(table).equals(TABLE)
+    assert await anyio.to_thread.run_sync(os.listdir, tmp_path) == []
+
+
 def exchange_of(location: str, command: bytes) -> None:
     client = fl.connect(location)
     try:
