@@ -42,6 +42,14 @@ class ErrorMapping(Protocol):
         ...
 
 
+def header_safe(message: str) -> str:
+    """`message` as a grpc-message header can carry it. HTTP/2 makes a field value with a space
+    at either end malformed (RFC 9113, 8.2.1), and grpclib's percent-encoding leaves spaces as
+    they are: a message ending in one (a name from the request, echoed) made a strict client
+    (h2 with its checks on) fail the connection. Spaces at the ends are dropped."""
+    return message.strip(" ")
+
+
 class PlainErrors:
     """Statuses and messages only: what every gRPC client understands."""
 

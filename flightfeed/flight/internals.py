@@ -38,6 +38,7 @@ from h2.stream import StreamInputs
 
 from .buffered import connection_protocol, loop_protocol
 from .call_count import CallCount
+from .errors import header_safe
 
 CLASS_ATTRIBUTES: Final[Mapping[type, tuple[str, ...]]] = {
     grpclib.server.Server: ("_protocol_factory", "__gc_step__"),
@@ -323,7 +324,7 @@ async def _refuse(
                 (":status", "200"),
                 ("content-type", "application/grpc"),
                 ("grpc-status", str(status.value)),
-                ("grpc-message", encode_grpc_message(message)),
+                ("grpc-message", encode_grpc_message(header_safe(message))),
             ],
             end_stream=True,
         )
@@ -338,7 +339,10 @@ def end_call(h2_connection: Any, stream_id: int, status: Status, message: str) -
     trailers when response headers went out already, then RST_STREAM(NO_ERROR) so the client
     stops sending. The caller flushes, and cancels the call's handler."""
     h2_stream = h2_connection.streams.get(stream_id)
-    fields = [("grpc-status", str(status.value)), ("grpc-message", encode_grpc_message(message))]
+    fields = [
+        ("grpc-status", str(status.value)),
+        ("grpc-message", encode_grpc_message(header_safe(message))),
+    ]
     if h2_stream is not None and not h2_stream.state_machine.headers_sent:
         fields = [(":status", "200"), ("content-type", "application/grpc"), *fields]
     with contextlib.suppress(h2.exceptions.ProtocolError):  # our side of it ended already

@@ -40,7 +40,7 @@ from .auth import AUTHORIZATION, REFUSED, Authenticator, basic_password, bearer,
 from .call_count import CallCount
 from .codec import DEFAULT_MAX_DECODED_SIZE
 from .connection_limits import ConnectionLimits
-from .errors import PLAIN_ERRORS, ErrorMapping, StatusReply
+from .errors import PLAIN_ERRORS, ErrorMapping, StatusReply, header_safe
 from .grpc import GrpcServer, RawBytes, parse_message
 from .internals import can_send_status, method_name, raw_stream
 from .keepalive import KeepalivePolicy
@@ -228,7 +228,9 @@ async def _reply_error(
     if not can_send_status(stream):
         return
     await stream.send_trailing_metadata(
-        status=reply.status, status_message=reply.message, metadata=dict(reply.trailers)
+        status=reply.status,
+        status_message=header_safe(reply.message),
+        metadata=dict(reply.trailers),
     )
 
 

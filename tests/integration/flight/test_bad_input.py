@@ -21,6 +21,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 from helpers.arrow_data import StreamCase
 from helpers.flight import StoreHandler, assert_serves, cpp_client, in_thread, running_server
+from helpers.raw_h2 import RawH2Client, grpc_message
 
 from flightfeed._generated.arrow.flight.protocol import FlightInfo, PutResult, Result
 from flightfeed._generated.flightfeed.v1 import ErrorCode, ErrorDetail
@@ -75,6 +76,8 @@ class BadInputHandler(StoreHandler):
         if action.type == "crash":
             yield b"partial"
             raise KeyError("missing key 'k'")
+        if action.type == "echo-missing":  # a name from the request, echoed in the message
+            raise NotFound(f"no table {action.body.decode()}")
         yield action.body
 
     async def do_get(self, ctx: CallContext, ticket: bytes, writer: FlightDataWriter) -> None:
@@ -557,6 +560,36 @@ async def test_exception_in_streaming_action(handler: BadInputHandler) -> None:
             with pytest.raises(ExecutionError, match="missing key 'k'") as info:
                 await client.do_action("crash")
         assert info.value.error_type == "KeyError"
+        await assert_serves(location, handler)
+
+
+async def test_a_message_ending_in_a_space_is_a_valid_http2_answer() -> None:
+    """HTTP/2 makes a header value with a space at either end malformed (RFC 9113, 8.2.1), and
+    a strict client (h2 with its checks on, as a raw client here) failed the connection over a
+    grpc-message ending in one. The status arrives, the spaces at its ends dropped, to a strict
+    client, to flightfeed's and to pyarrow's C++ client."""
+    handler = BadInputHandler()
+    async with running_server(handler) as location:
+        strict = await RawH2Client.connect(*parse_location(location))
+        try:
+            answer = await strict.call(
+                SERVICE + "DoAction",
+                [grpc_message(bytes(Action(type="echo-missing", body=b" cpu ")))],
+            )
+        finally:
+            await strict.aclose()
+        assert (answer.status, answer.message) == (Status.NOT_FOUND.value, "no table  cpu")
+        async with FlightClient(location) as client:
+            with pytest.raises(RemoteError, match=r"no table  cpu$") as info:
+                await client.do_action("echo-missing", b" cpu ")
+            assert info.value.grpc_status is Status.NOT_FOUND
+
+        def with_cpp() -> str:
+            with cpp_client(location) as cpp, pytest.raises(pa.ArrowKeyError) as raised:
+                list(cpp.do_action(fl.Action("echo-missing", b" cpu ")))
+            return str(raised.value).split(". gRPC")[0]
+
+        assert (await in_thread(with_cpp)).endswith("with message: no table  cpu")
         await assert_serves(location, handler)
 
 
