@@ -19,6 +19,7 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
+from helpers.cpu_table import CPU_ROWS, CPU_SCHEMA
 from helpers.message_strategies import live_fuzz_settings, mutated
 from helpers.seed_protos import SERVICE, SeedProtos, seed_protos
 from helpers.worker_process import worker_process
@@ -27,18 +28,10 @@ from hypothesis import strategies as st
 
 from flightfeed._generated.flightfeed.v1 import CreateTable
 from flightfeed.spark.source import table_ref
-from flightfeed.tables.schema import TableSchema
 
 EXAMPLES = int(os.environ.get("FLIGHTFEED_ENGINE_FUZZ_EXAMPLES", "200"))
 INTERNAL_CODE: Final = 500
 UNCLEAR: Final = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
-CPU: Final = pa.schema(
-    [
-        pa.field("ts", pa.timestamp("ms"), nullable=False),
-        pa.field("host", pa.string(), nullable=False),
-        pa.field("v", pa.float64()),
-    ]
-)
 
 
 def ipc_stream(batch: pa.RecordBatch) -> bytes:
@@ -52,11 +45,7 @@ def valid_requests(seed: SeedProtos) -> dict[str, tuple[bytes, Any, bool]]:
     """Per method: a valid request's bytes, its response class, and whether it streams."""
     pb = seed.remote_engine_pb2
     table = pb.TableIdentifier(table="cpu")
-    rows = pa.record_batch(
-        [pa.array([1000, 2000], pa.timestamp("ms")), pa.array(["a", "b"]), pa.array([1.0, None])],
-        schema=CPU,
-    )
-    payload = seed.storage_pb2.ArrowPayload(record_batches=[ipc_stream(rows)])
+    payload = seed.storage_pb2.ArrowPayload(record_batches=[ipc_stream(CPU_ROWS)])
     write = pb.WriteRequest(
         table=table, row_group=pb.RowGroup(min_timestamp=1000, max_timestamp=2000, arrow=payload)
     )
@@ -84,8 +73,7 @@ def valid_requests(seed: SeedProtos) -> dict[str, tuple[bytes, Any, bool]]:
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data_dir = Path(tmp_path_factory.mktemp("engine-fuzz"))
     with worker_process("--data-dir", str(data_dir)) as (_, location):
-        schema = TableSchema.from_arrow(CPU, timestamp="ts", tags=["host"])
-        create = CreateTable(table=table_ref("cpu"), table_schema=schema.to_proto())
+        create = CreateTable(table=table_ref("cpu"), table_schema=CPU_SCHEMA.to_proto())
         with fl.connect(location) as client:
             list(client.do_action(fl.Action("create_table", bytes(create))))
         yield location.removeprefix("grpc://")

@@ -23,11 +23,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
-import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 from betterproto2 import Message
 from grpclib.const import Status
+from helpers.cpu_table import CPU, CPU_ROWS, CPU_SCHEMA
 from helpers.raw_h2 import CallAnswer, RawH2Client, grpc_message
 from helpers.worker_process import resident_bytes, worker_log, worker_process
 from hypothesis import HealthCheck, given, settings
@@ -59,7 +59,6 @@ from flightfeed.flight.idle_release import DEFAULT_QUIET_SECONDS
 from flightfeed.flight.shared_memory import Freed, Reply, Request, read_command
 from flightfeed.protocol import WorkerClient
 from flightfeed.tables.flight import TABLE_COMMAND_VERSION, TABLE_TICKET_PREFIX
-from flightfeed.tables.schema import TableSchema
 
 EXAMPLES = int(os.environ.get("FLIGHTFEED_FUZZ_EXAMPLES", "500"))
 """Malformed calls in all: the suite's short run; the long one sets the variable."""
@@ -287,19 +286,7 @@ def fuzz_live(
 
 # -- the Flight face of a worker's durable tables ---------------------------------------------
 
-CPU = pa.schema(
-    [
-        pa.field("ts", pa.timestamp("ms"), nullable=False),
-        pa.field("host", pa.string(), nullable=False),
-        pa.field("v", pa.float64()),
-    ]
-)
 CPU_TABLE = TableRef(table="cpu")
-CPU_SCHEMA = TableSchema.from_arrow(CPU, timestamp="ts", tags=["host"])
-ROWS = pa.record_batch(
-    [pa.array([1000, 2000], pa.timestamp("ms")), pa.array(["a", "b"]), pa.array([1.0, None])],
-    schema=CPU,
-)
 
 
 def flight_data(message: EncodedMessage) -> bytes:
@@ -315,7 +302,7 @@ def put_stream(command: bytes) -> tuple[bytes, bytes]:
     """A DoPut's first message (the descriptor and the schema) and a batch's."""
     encoder = FlightDataEncoder(CPU)
     schema = encoder.schema_message(bytes(FlightDescriptor(type=2, cmd=command)))
-    (rows,) = encoder.encode(ROWS)
+    (rows,) = encoder.encode(CPU_ROWS)
     return flight_data(schema), flight_data(rows)
 
 
@@ -391,9 +378,9 @@ def test_malformed_table_calls_get_clear_answers_and_the_table_holds(
     fuzz_live(proc, location, calls(TABLE_SEEDS))
     with fl.connect(location) as client:  # the table still takes and gives rows
         writer, _ = client.do_put(fl.FlightDescriptor.for_path("cpu"), CPU)
-        writer.write_batch(ROWS)
+        writer.write_batch(CPU_ROWS)
         writer.close()
         (answer,) = client.do_action(fl.Action("count_rows", bytes(CPU_TABLE)))
         counted = RowCount.parse(answer.body.to_pybytes()).rows
         read = client.do_get(fl.Ticket(TABLE_TICKET)).read_all()
-    assert counted == read.num_rows >= ROWS.num_rows
+    assert counted == read.num_rows >= CPU_ROWS.num_rows
