@@ -10,13 +10,14 @@ partitions a `key = value` or `key IN (...)` predicate rules out (plan/table_pus
 `PartitionedTables` does the I/O over Flight: creating the partitions, and writing rows routed
 by key in two phases (every partition's rows staged, then each committed; any failure while
 staging aborts them all). Within one worker a write is atomic; across workers the commits
-follow each other, so a worker that dies between two commits leaves the others' rows.
+follow each other, so a worker that dies between two commits leaves the others' rows: the
+error says which partitions were published, and the ones after it are aborted.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -33,7 +34,7 @@ from .._generated.flightfeed.v1 import (
     StagedWrite,
     TableCommand,
 )
-from ..errors import InvalidArgument
+from ..errors import FlightfeedError, InvalidArgument, as_flightfeed_error
 from ..flight.client import FlightClient, command_descriptor
 from ..plan.base import ExecutionPlan
 from ..plan.expr import Expr, col
@@ -41,6 +42,7 @@ from ..plan.functions import BUILTINS
 from ..plan.hash_partition import hash_partition
 from ..plan.nodes import TableScan, Union
 from ..plan.table_source import TablePartition, TableReadSpec
+from ..protocol.errors import TYPED_ERRORS
 from .flight import ABORT_STAGED, COMMIT_STAGED, CREATE_TABLE, TABLE_COMMAND_VERSION, table_ref
 from .schema import TableSchema
 from .store import TableName, conform_rows
@@ -125,7 +127,12 @@ class PartitionedTable:
 
 class PartitionedTables:
     """Creates and writes partitioned tables through their workers' Flight services.
-    `async with PartitionedTables() as tables:` closes its clients on exit."""
+    `async with PartitionedTables() as tables:` closes its clients on exit.
+
+    A failure is raised as the failing partition's own error (the class its worker answered,
+    `AlreadyExists`, `RemoteError` for a worker that cannot be reached, ...), its message
+    naming the partition, its table and its worker, and the other partitions that failed; never
+    as an exception group."""
 
     def __init__(self, *, timeout: float | None = 60.0) -> None:
         self._clients: dict[str, FlightClient] = {}
@@ -142,7 +149,8 @@ class PartitionedTables:
     def _client(self, worker: str) -> FlightClient:
         found = self._clients.get(worker)
         if found is None:
-            found = self._clients[worker] = FlightClient(worker, timeout=self._timeout)
+            found = FlightClient(worker, timeout=self._timeout, errors=TYPED_ERRORS)
+            self._clients[worker] = found
         return found
 
     async def create(self, table: PartitionedTable, *, if_not_exists: bool = True) -> None:
@@ -159,38 +167,32 @@ class PartitionedTables:
             )
             await self._client(table.workers[index]).do_action(CREATE_TABLE, bytes(request))
 
-        async with anyio.create_task_group() as tg:
-            for index in range(table.count):
-                tg.start_soon(create_one, index)
+        failed = await _on_each(range(table.count), create_one)
+        if failed:
+            raise _partition_error(table, "creating", failed)
 
     async def write(self, table: PartitionedTable, data: pa.Table) -> int:
         """Routes `data` by key; returns the rows written. Nothing is published unless every
-        partition's rows were staged."""
+        partition's rows were staged: a failure (or a cancel) while staging aborts them all.
+        Commits follow one another; one that fails stops the rest and aborts their staging,
+        and its error says which partitions were published."""
         parts = await anyio.to_thread.run_sync(table.route, data)
         job = f"partitioned-{uuid.uuid4().hex}"
         written = [i for i, part in enumerate(parts) if part.num_rows]
+
+        async def stage_one(index: int) -> None:
+            await self._stage(table, index, job, parts[index])
+
         try:
-            async with anyio.create_task_group() as tg:
-                for index in written:
-                    tg.start_soon(self._stage, table, index, job, parts[index])
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                for index in written:
-                    abort = AbortStaged(table=table_ref(table.partition_name(index)), job=job)
-                    await self._client(table.workers[index]).do_action(ABORT_STAGED, bytes(abort))
+            failed = await _on_each(written, stage_one)
+        except BaseException:  # cancelled: nothing of it may be published
+            await self._abort(table, job, written)
             raise
-        total = 0
-        for index in written:
-            commit = CommitStaged(
-                table=table_ref(table.partition_name(index)),
-                job=job,
-                attempts=[StagedAttempt(partition=0, attempt=0)],
-            )
-            (answer,) = await self._client(table.workers[index]).do_action(
-                COMMIT_STAGED, bytes(commit)
-            )
-            total += RowCount.parse(answer).rows
-        return total
+        if failed:
+            error = _partition_error(table, "staging", failed)
+            _note_unaborted(error, table, await self._abort(table, job, written))
+            raise error
+        return await self._commit(table, job, written)
 
     async def _stage(self, table: PartitionedTable, index: int, job: str, rows: pa.Table) -> None:
         command = TableCommand(
@@ -205,6 +207,103 @@ class PartitionedTables:
 
         client = self._client(table.workers[index])
         await client.do_put(command_descriptor(bytes(command)), rows.schema, batches())
+
+    async def _commit(self, table: PartitionedTable, job: str, indices: Sequence[int]) -> int:
+        """Publishes each partition's staged rows in turn; returns the rows published."""
+        total = 0
+        for position, index in enumerate(indices):
+            commit = CommitStaged(
+                table=table_ref(table.partition_name(index)),
+                job=job,
+                attempts=[StagedAttempt(partition=0, attempt=0)],
+            )
+            rest = indices[position + 1 :]
+            try:
+                (answer,) = await self._client(table.workers[index]).do_action(
+                    COMMIT_STAGED, bytes(commit)
+                )
+            except Exception as exc:
+                error = _partition_error(table, "committing", {index: exc})
+                published = ", ".join(map(str, indices[:position])) or "none"
+                error.message += (
+                    f"; published before it: partitions {published} ({total} rows); not"
+                    f" known whether partition {index} was; not published: partitions"
+                    f" {', '.join(map(str, rest)) or 'none'}"
+                )
+                error.args = (error.message,)
+                _note_unaborted(error, table, await self._abort(table, job, rest))
+                raise error from exc
+            except BaseException:  # cancelled: publish no more
+                await self._abort(table, job, rest)
+                raise
+            total += RowCount.parse(answer).rows
+        return total
+
+    async def _abort(
+        self, table: PartitionedTable, job: str, indices: Sequence[int]
+    ) -> dict[int, Exception]:
+        """Discards the job's staged rows on each partition, all at once and shielded from
+        cancellation; returns the aborts that failed (their workers drop the rows after
+        their staging TTL) rather than raising them over the error that called for it."""
+
+        async def abort_one(index: int) -> None:
+            abort = AbortStaged(table=table_ref(table.partition_name(index)), job=job)
+            await self._client(table.workers[index]).do_action(ABORT_STAGED, bytes(abort))
+
+        with anyio.CancelScope(shield=True):
+            failed = await _on_each(indices, abort_one)
+        return failed
+
+
+async def _on_each(
+    indices: Sequence[int], call: Callable[[int], Awaitable[None]]
+) -> dict[int, Exception]:
+    """`call(i)` for every index at once; the errors by index (a cancel still propagates)."""
+    failed: dict[int, Exception] = {}
+
+    async def one(index: int) -> None:
+        try:
+            await call(index)
+        except Exception as exc:
+            failed[index] = exc
+
+    async with anyio.create_task_group() as tg:
+        for index in indices:
+            tg.start_soon(one, index)
+    return dict(sorted(failed.items()))
+
+
+def _where(table: PartitionedTable, index: int) -> str:
+    place = f"{table.partition_name(index)} on {table.workers[index]}"
+    return f"partition {index} of {table.name} ({place})"
+
+
+def _partition_error(
+    table: PartitionedTable, doing: str, failed: Mapping[int, Exception]
+) -> FlightfeedError:
+    """The first failed partition's error (its class kept), its message saying where, and which
+    other partitions failed."""
+    (first, cause), *others = failed.items()
+    error = as_flightfeed_error(cause)
+    error.message = f"{doing} {_where(table, first)}: {error.message}"
+    if others:
+        error.message += f" (partitions {', '.join(str(i) for i, _ in others)} failed too)"
+    error.args = (error.message,)
+    if error is not cause:
+        error.__cause__ = cause
+    for index, other in others:
+        error.add_note(f"{doing} {_where(table, index)}: {other}")
+    return error
+
+
+def _note_unaborted(
+    error: FlightfeedError, table: PartitionedTable, failed: Mapping[int, Exception]
+) -> None:
+    for index, cause in failed.items():
+        error.add_note(
+            f"the staged rows of {_where(table, index)} could not be aborted ({cause}): the"
+            " worker drops them after its staging TTL"
+        )
 
 
 __all__ = ["PartitionedTable", "PartitionedTables"]
