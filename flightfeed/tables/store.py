@@ -209,7 +209,7 @@ class TableStore:
         with self._meta_lock:
             found = self._entries.get(name)
         if found is None:
-            raise NotFound(f"no table {name}")
+            raise NotFound(f"no table {str(name)!r}")
         return found
 
     def _publish(self, entry: TableEntry) -> None:

@@ -293,7 +293,7 @@ def test_drop(worker: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = tables(capsys, "drop", "--worker", worker, "dropped")
     assert (code, out) == (1, "")
     reason = one_error_line(err, "drop", "flightfeed.public.dropped", worker)
-    assert reason == "no table flightfeed.public.dropped"
+    assert reason == "no table 'flightfeed.public.dropped'"
     code, out, err = tables(capsys, "drop", "--worker", worker, "dropped", "--if-exists")
     assert (code, out, err) == (
         0,
@@ -324,7 +324,7 @@ def test_unknown_table(worker: str, capsys: pytest.CaptureFixture[str], command:
     extra = ["--option", "ttl=1d"] if command == "alter" else []
     code, out, err = tables(capsys, command, "--worker", worker, "x.y.nothing", *extra)
     assert (code, out) == (1, "")
-    assert one_error_line(err, command, "x.y.nothing", worker) == "no table x.y.nothing"
+    assert one_error_line(err, command, "x.y.nothing", worker) == "no table 'x.y.nothing'"
 
 
 @pytest.mark.parametrize(
@@ -431,5 +431,5 @@ def test_as_processes(worker: str, tmp_path: Path) -> None:
     assert refused.stdout == ""
     assert refused.stderr == (
         f"flightfeed: error: describe flightfeed.public.no_such_table on {worker}:"
-        " no table flightfeed.public.no_such_table\n"
+        " no table 'flightfeed.public.no_such_table'\n"
     )

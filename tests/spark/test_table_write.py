@@ -432,7 +432,7 @@ def test_a_write_into_a_missing_table_names_it_and_the_worker(
     with pytest.raises(
         Exception,
         match=r"writing table 'nope' on the flightfeed worker at grpc://127\.0\.0\.1:\d+: .*"
-        r"no table flightfeed\.public\.nope",
+        r"no table 'flightfeed\.public\.nope'",
     ):
         write(frame(spark, rows(0, 10), 1), table_worker, "nope")
 

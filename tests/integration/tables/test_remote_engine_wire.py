@@ -878,7 +878,7 @@ async def test_bad_plans_are_named_in_the_header(cpu: tuple[Worker, Client]) -> 
     pb = client.pb
     missing = TableScan(TableReadSpec("", "", "nope"), CPU)
     cases = [
-        (plan_request(client, missing), NOT_FOUND, "no table flightfeed.public.nope"),
+        (plan_request(client, missing), NOT_FOUND, "no table 'flightfeed.public.nope'"),
         (pb.ExecutePlanRequest(context=pb.ExecContext()), BAD_REQUEST, "carries no plan"),
         (
             pb.ExecutePlanRequest(context=pb.ExecContext(), datafusion=b"\x0a\x03abc"),
@@ -901,7 +901,7 @@ async def test_bad_plans_are_named_in_the_header(cpu: tuple[Worker, Client]) -> 
                 Session().encode_plan(cpu_scan()),
             ),
             NOT_FOUND,
-            "no table flightfeed.public.gone",
+            "no table 'flightfeed.public.gone'",
         ),
     ]
     for request, code, message in cases:

@@ -167,7 +167,7 @@ def test_a_missing_table_is_not_found(tables: TableStore) -> None:
         lambda: tables.abort_staged(T, "job"),
         lambda: tables.row_count(T),
     ):
-        with pytest.raises(NotFound, match=r"no table flightfeed\.public\.metrics"):
+        with pytest.raises(NotFound, match=r"no table 'flightfeed\.public\.metrics'"):
             action()
 
 
