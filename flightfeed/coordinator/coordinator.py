@@ -73,6 +73,9 @@ from .task_runner import DispatchOptions, attempt_task, run_task
 
 log = logging.getLogger(__name__)
 
+RELEASE_ON_CLOSE_SECONDS: Final = 5.0
+"""How long a coordinator's normal exit waits for its held queries to end cleanly."""
+
 RESULT_BUFFER_BATCHES: Final = 4
 CLEANUP_TIMEOUT: Final = 10.0
 """How long leaving a query waits for its tasks' cancellation to go out."""
@@ -233,6 +236,8 @@ class Coordinator:
         """Tables read as streams (streams.py): their providers run while they are open."""
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
+        self._held: set[HeldQuery] = set()
+        """Held queries not yet ended (released on a normal exit, see `__aexit__`)."""
         self._next_worker = 0
         self._release_memory_after = release_memory_after
 
@@ -265,8 +270,22 @@ class Coordinator:
         tb: TracebackType | None,
     ) -> None:
         assert self._stack is not None
+        if exc_type is None:
+            await self._release_held()
         stack, self._stack, self._tg = self._stack, None, None
         await stack.aclose()
+
+    async def _release_held(self) -> None:
+        """End the held queries as their grace would: every task's channel half-closed, so
+        each worker reports its metrics and drops the task (a reset would lose the metrics,
+        and every worker would log a cancelled call). What has not ended within
+        `RELEASE_ON_CLOSE_SECONDS` is cancelled with the rest."""
+        held = list(self._held)
+        for query in held:
+            query.release()
+        with anyio.move_on_after(RELEASE_ON_CLOSE_SECONDS, shield=True):
+            for query in held:
+                await query.runtime.finished.wait()
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -479,6 +498,7 @@ class Coordinator:
             release()
             raise
         held = HeldQuery(runtime, distributed.stages[0], ttl=ttl, grace=grace)
+        self._held.add(held)
         try:
             await self._tg.start(self._run_held, held, release)
         except RuntimeError:  # it ended before every task had its plan: say why
@@ -488,6 +508,7 @@ class Coordinator:
         finally:
             if runtime.finished.is_set():
                 release()  # (a held query that never ran has nothing else to release it)
+                self._held.discard(held)
         return held
 
     async def _held_runtime(
@@ -545,6 +566,7 @@ class Coordinator:
             held.release()
             runtime.finish()
             release()
+            self._held.discard(held)
 
     async def _held_task(self, held: HeldQuery, run: TaskRun) -> None:
         """One task of a held query, run again on another worker whenever its worker is lost

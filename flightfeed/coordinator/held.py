@@ -6,9 +6,9 @@ output partition of each task is an `Endpoint`: the worker's location and a DoGe
 that runs it. Tasks are replayable, so a partition read again (a retried Spark task) yields
 the same rows. The query is released once every endpoint was read to its end and no read came
 for `grace` seconds (readers may read again: Spark samples a scan before sorting it), when it
-sat unread for `ttl`, or on `release()`;
-releasing half-closes every task's channel, so each worker reports its metrics and drops the
-task.
+sat unread for `ttl`, on `release()`, or when its coordinator is closed (which waits a few
+seconds for that); releasing half-closes every task's channel, so each worker reports its
+metrics and drops the task.
 
 A task whose worker is lost runs again on another worker, as a new attempt, its feed
 partitions replayed (the coordinator's `_held_task`): it is independent of the others (a held

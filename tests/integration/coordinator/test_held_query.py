@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from flightfeed.coordinator import Coordinator, Endpoint
+from flightfeed.coordinator import Coordinator, Endpoint, InProcessWorkerResolver
 from flightfeed.plan import Filter, call, col, lit
 from flightfeed.protocol import MetricsSet
-from flightfeed.testing import start_cluster, wait_for_no_tasks
+from flightfeed.testing import start_cluster, start_workers, wait_for_no_tasks
 from flightfeed.testing.feeds import (
     UnitProvider,
     unit_coordinator_options,
@@ -143,3 +143,25 @@ async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:
         message = await anyio.to_thread.run_sync(two_readers, endpoint)
         held.release()
     assert "are being read: a concurrent second read is not supported" in message
+
+
+async def test_closing_the_coordinator_ends_its_held_queries_as_their_grace_would(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An app that leaves its coordinator right after a reader is done (the demo does, after
+    Spark's read) ends the held queries still in their grace as the grace would: each task's
+    channel half-closed, so its worker reports the task's metrics and drops it. Resetting the
+    channels instead lost the metrics, and each worker logged a cancelled request."""
+    provider = UnitProvider([30, 20])
+    async with start_workers(2, session_builder=unit_session_builder) as workers:
+        resolver = InProcessWorkerResolver(workers)
+        async with Coordinator(resolver, **unit_coordinator_options(2)) as coordinator:
+            held = await coordinator.hold(unit_scan(provider))  # a grace of a minute
+            assert sum([(await read(e)).num_rows for e in held.endpoints]) == 50
+            metrics = coordinator.metrics.latest
+            assert metrics is not None
+        assert held.released
+        assert metrics.status == "finished"
+        assert [t.status for t in metrics.tasks.values()] == ["finished", "finished"]
+        assert [len(w.registry) for w in workers] == [0, 0]
+    assert [r.getMessage() for r in caplog.records if "cancelled" in r.getMessage()] == []
