@@ -9,6 +9,7 @@ discovered and processed; the result is checked against the same table run in on
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -94,6 +95,8 @@ def run_pipeline(workers: int = 2) -> PipelineResult:
     query, arguments = pipeline_query(workers)
     chunks = CHUNKS_PER_PARTITION * PARTITIONS_PER_WORKER * workers
     console.print("[bold]1. A Spark pipeline over work discovered at runtime[/bold]")
+    # py4j logs each gateway connection it closes at INFO, the level `flightfeed` logs at.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     with console.status("starting a local Spark session (local[2])"):
         spark = local_session("flightfeed-demo", ctrl_c="plain")  # one line, not tracebacks
     try:
