@@ -80,6 +80,9 @@ def decode_message(cls: type[M], data: bytes | memoryview) -> M:
                 value = str(chunk, "utf-8")
             elif kind == _BYTES:
                 value = bytes(chunk)
+                if field.repeated and key < 0x80:
+                    pos = _bytes_run(buf, pos, end, key, getattr(message, field.name), value)
+                    continue
             else:  # a packed run of scalars
                 getattr(message, field.name).extend(_packed(field, chunk))
                 continue
@@ -95,6 +98,24 @@ def decode_message(cls: type[M], data: bytes | memoryview) -> M:
         else:
             setattr(message, field.name, value)
     return message
+
+
+def _bytes_run(
+    buf: memoryview, pos: int, end: int, key: int, values: list[bytes], first: bytes
+) -> int:
+    """`first` and the elements of the same repeated bytes field right after it, in one tight
+    loop (a HoraeDB write holds one a row: the general loop took 1 µs an element); returns
+    where the run ends."""
+    values.append(first)
+    append = values.append
+    while pos < end and buf[pos] == key:
+        length = buf[pos + 1]
+        pos += 2
+        if length >= 0x80:
+            length, pos = decode_varint(buf, pos - 1)
+        append(bytes(buf[pos : pos + length]))
+        pos += length
+    return pos
 
 
 def _scalar(field: _Field, raw: int) -> Any:

@@ -26,6 +26,7 @@ from flightfeed._generated.flightfeed.v1 import (
     WorkerToCoordinatorMsg,
     WorkUnitBatch,
 )
+from flightfeed._generated.remote_engine import ContiguousRows, WriteBatchRequest, WriteRequest
 from flightfeed.errors import InvalidArgument
 from flightfeed.messages import parse_strict
 from flightfeed.protodecode import decode_message
@@ -43,6 +44,9 @@ RECEIVED = [
     Criteria,
     FlightDescriptor,
     HandshakeRequest,
+    WriteBatchRequest,  # HoraeDB's writes: runs of repeated bytes, one element a row
+    WriteRequest,
+    ContiguousRows,
 ]
 
 
@@ -65,7 +69,9 @@ def _reference(cls: type[betterproto2.Message], wire: bytes) -> object:
         return "refused"
 
 
-@pytest.mark.parametrize("cls", [WorkerToCoordinatorMsg, CoordinatorToWorkerMsg, PlanNode])
+@pytest.mark.parametrize(
+    "cls", [WorkerToCoordinatorMsg, CoordinatorToWorkerMsg, PlanNode, ContiguousRows]
+)
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_damaged_bytes_give_the_same_message_or_a_refusal(
@@ -82,3 +88,17 @@ def test_damaged_bytes_give_the_same_message_or_a_refusal(
     except InvalidArgument:
         return  # refused with a clear error: fine whatever betterproto2 would have made of it
     assert ours == _reference(cls, bytes(wire))
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.binary(max_size=300), max_size=40))
+def test_runs_of_repeated_bytes_with_other_fields_between(rows: list[bytes]) -> None:
+    """A run of one repeated bytes field (read in a loop of its own), broken by another field,
+    then resumed: the elements in order, 1- and 2-byte lengths alike."""
+    cut = len(rows) // 2
+    first = ContiguousRows(schema_version=1, encoded_rows=rows[:cut])
+    second = ContiguousRows(encoded_rows=rows[cut:])
+    middle = ContiguousRows(schema_version=7)
+    wire = bytes(first) + bytes(middle) + bytes(second)
+    assert decode_message(ContiguousRows, wire) == ContiguousRows.parse(wire)
+    assert parse_strict(ContiguousRows, wire).encoded_rows == rows

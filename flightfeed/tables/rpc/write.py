@@ -1,4 +1,5 @@
-"""Write and WriteBatch: Arrow row groups into tables, one transaction per request.
+"""Write and WriteBatch: row groups (an ArrowPayload, or HoraeDB's contiguous rows) into
+tables, one transaction per request.
 
 A WriteBatch commits every row of every request in it, or none (HoraeDB stops at the first
 failing table and keeps what it wrote before); the header names the request and table that
@@ -8,7 +9,8 @@ worker's decode limit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Final
 
 import anyio
@@ -16,23 +18,30 @@ import pyarrow as pa
 
 from ..._generated.common import ResponseHeader
 from ..._generated.remote_engine import WriteRequest, WriteResponse
-from ...errors import InvalidArgument
+from ...errors import FlightfeedError, InvalidArgument
+from ..contiguous import decode_contiguous_rows
 from ..engine import TableEngine
 from ..headers import OK_HEADER, error_header
 from ..payload import decode_payload
 from ..requests import table_name
+from ..schema import TableSchema
 from ..store import TableName, TableWriteError, WriteFailure, write_error
 
 MAX_REQUESTS_PER_BATCH: Final = 4096
 
 
-def decode_rows(request: WriteRequest, max_decoded_bytes: int) -> pa.Table:
-    """A request's rows as one table."""
+def decode_rows(
+    request: WriteRequest, max_decoded_bytes: int, schema: Callable[[], TableSchema]
+) -> pa.Table:
+    """A request's rows as one table. `schema`: the table's, which contiguous rows (what a
+    HoraeDB node sends) are encoded for."""
     group = request.row_group
     if group is None:
         raise InvalidArgument("the write has no row group")
     if group.contiguous is not None:
-        raise InvalidArgument("ContiguousRows are not supported: send the rows as ArrowPayload")
+        return decode_contiguous_rows(
+            group.contiguous, schema(), max_decoded_bytes=max_decoded_bytes
+        )
     if group.arrow is None:
         raise InvalidArgument("the row group has no rows")
     batches = decode_payload(group.arrow, max_decoded_bytes=max_decoded_bytes)
@@ -45,7 +54,7 @@ def decode_rows(request: WriteRequest, max_decoded_bytes: int) -> pa.Table:
 
 
 def _decode_all(
-    requests: Sequence[WriteRequest], max_decoded_bytes: int
+    engine: TableEngine, requests: Sequence[WriteRequest], max_decoded_bytes: int
 ) -> list[tuple[TableName, pa.Table]]:
     decoded = []
     for index, request in enumerate(requests):
@@ -56,10 +65,15 @@ def _decode_all(
                 f"request {index}: {exc.message}", WriteFailure(index, ""), exc
             ) from exc
         try:
-            decoded.append((name, decode_rows(request, max_decoded_bytes)))
-        except InvalidArgument as exc:
+            schema = partial(_schema, engine, name)
+            decoded.append((name, decode_rows(request, max_decoded_bytes, schema)))
+        except FlightfeedError as exc:
             raise write_error(index, name, exc, len(requests)) from exc
     return decoded
+
+
+def _schema(engine: TableEngine, name: TableName) -> TableSchema:
+    return engine.entry(name).schema
 
 
 def _check_count(requests: Sequence[WriteRequest]) -> None:
@@ -78,7 +92,7 @@ async def write(
         _check_count(requests)
         if not requests:
             return WriteResponse(header=OK_HEADER, affected_rows=0)
-        decoded = await anyio.to_thread.run_sync(_decode_all, requests, max_decoded_bytes)
+        decoded = await anyio.to_thread.run_sync(_decode_all, engine, requests, max_decoded_bytes)
         rows = await engine.write(decoded)
     except anyio.get_cancelled_exc_class():
         raise

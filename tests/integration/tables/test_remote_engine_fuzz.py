@@ -19,6 +19,7 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
+from helpers.contiguous_rows import contiguous_rows
 from helpers.cpu_table import CPU_ROWS, CPU_SCHEMA
 from helpers.message_strategies import live_fuzz_settings, mutated
 from helpers.seed_protos import SERVICE, SeedProtos, seed_protos
@@ -41,27 +42,43 @@ def ipc_stream(batch: pa.RecordBatch) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def valid_requests(seed: SeedProtos) -> dict[str, tuple[bytes, Any, bool]]:
-    """Per method: a valid request's bytes, its response class, and whether it streams."""
+def valid_requests(seed: SeedProtos) -> dict[str, tuple[str, bytes, Any, bool]]:
+    """Per seed: its method, a valid request's bytes, its response class, and whether it
+    streams."""
     pb = seed.remote_engine_pb2
     table = pb.TableIdentifier(table="cpu")
     payload = seed.storage_pb2.ArrowPayload(record_batches=[ipc_stream(CPU_ROWS)])
     write = pb.WriteRequest(
         table=table, row_group=pb.RowGroup(min_timestamp=1000, max_timestamp=2000, arrow=payload)
     )
+    rows = contiguous_rows(CPU_SCHEMA, CPU_ROWS)
+    contiguous = pb.ContiguousRows(
+        schema_version=rows.schema_version,
+        encoded_rows=rows.encoded_rows,
+        column_descs=[pb.ColumnDesc(id=d.id, typ=d.typ) for d in rows.column_descs],
+    )
+    write_contiguous = pb.WriteRequest(table=table, row_group=pb.RowGroup(contiguous=contiguous))
     read = pb.ReadRequest(
         table=table,
         read_request=pb.TableReadRequest(request_id="fuzz", opts=pb.ReadOptions(batch_size=10)),
     )
     return {
-        "Write": (write.SerializeToString(), pb.WriteResponse, False),
-        "WriteBatch": (
-            pb.WriteBatchRequest(batch=[write]).SerializeToString(),
+        "Write": ("Write", write.SerializeToString(), pb.WriteResponse, False),
+        "Write of contiguous rows": (
+            "Write",
+            write_contiguous.SerializeToString(),
             pb.WriteResponse,
             False,
         ),
-        "Read": (read.SerializeToString(), pb.ReadResponse, True),
+        "WriteBatch": (
+            "WriteBatch",
+            pb.WriteBatchRequest(batch=[write, write_contiguous]).SerializeToString(),
+            pb.WriteResponse,
+            False,
+        ),
+        "Read": ("Read", read.SerializeToString(), pb.ReadResponse, True),
         "GetTableInfo": (
+            "GetTableInfo",
             pb.GetTableInfoRequest(table=table).SerializeToString(),
             pb.GetTableInfoResponse,
             False,
@@ -98,12 +115,12 @@ def test_malformed_engine_requests_get_clear_answers_and_the_worker_holds(worker
         @live_fuzz_settings(EXAMPLES)
         @given(
             st.sampled_from(sorted(requests)).flatmap(
-                lambda m: st.tuples(st.just(m), mutated(requests[m][0]))
+                lambda m: st.tuples(st.just(m), mutated(requests[m][1]))
             )
         )
         def one(example: tuple[str, bytes]) -> None:
-            method, body = example
-            _, response, streams = requests[method]
+            name, body = example
+            method, _, response, streams = requests[name]
             try:
                 answers = call(channel, method, body, response, streams)
             except grpc.RpcError as error:
@@ -120,7 +137,7 @@ def test_malformed_engine_requests_get_clear_answers_and_the_worker_holds(worker
 
         one()
         assert sum(outcomes.values()) >= min(EXAMPLES, 50), outcomes
-        for method in ("Write", "GetTableInfo"):  # the worker still writes and answers
-            body, response, streams = requests[method]
+        for name in ("Write", "Write of contiguous rows", "GetTableInfo"):  # it still serves
+            method, body, response, streams = requests[name]
             (answer,) = call(channel, method, body, response, streams)
             assert answer.header.code == 0, answer
