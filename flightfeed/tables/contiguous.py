@@ -79,16 +79,15 @@ def check_column_descs(rows: ContiguousRows, schema: TableSchema) -> None:
         return
     if len(descs) != len(columns):
         raise InvalidArgument(
-            f"the contiguous rows describe {len(descs)} columns, the table has {len(columns)}"
-            f" (schema version {schema.version}): read the table info again"
+            f"contiguous rows: the request describes {len(descs)} columns, the table has"
+            f" {len(columns)} (schema version {schema.version}): read the table info again"
         )
     index = next(i for i, (d, c) in enumerate(zip(descs, columns, strict=True)) if d != c)
     (got_id, got_type), (want_id, want_type) = descs[index], columns[index]
     raise InvalidArgument(
         f"contiguous rows: column {index} is id {got_id} of type {_named(got_type)} in the"
         f" request, id {want_id} of type {_named(want_type)} ({schema.columns[index].name!r}) in"
-        " the table"
-        f" (schema version {schema.version}): read the table info again"
+        f" the table (schema version {schema.version}): read the table info again"
     )
 
 

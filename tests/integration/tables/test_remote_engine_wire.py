@@ -458,8 +458,8 @@ async def test_contiguous_rows_for_another_schema_write_nothing(
     response = await client.stub.WriteBatch(client.pb.WriteBatchRequest(batch=batch))
     assert (response.header.code, response.affected_rows) == (BAD_REQUEST, 0)
     assert response.header.error.endswith(
-        "request 1 (table flightfeed.public.cpu) failed: the contiguous rows describe 3"
-        " columns, the table has 4 (schema version 1): read the table info again"
+        "request 1 (table flightfeed.public.cpu) failed: contiguous rows: the request describes"
+        " 3 columns, the table has 4 (schema version 1): read the table info again"
     ), response.header.error
     broken = contiguous_request(client, worker, "cpu", SAMPLE)
     broken.row_group.contiguous.encoded_rows[2] = b"\x00\x00"

@@ -223,7 +223,7 @@ def test_rows_encoded_for_another_schema_are_refused() -> None:
     ):
         decode_contiguous_rows(rows_of(GOOD, schema=other), SCHEMA, max_decoded_bytes=LIMIT)
     fewer = ContiguousRows(schema_version=1, encoded_rows=[GOOD], column_descs=[])
-    with pytest.raises(InvalidArgument, match="describe 0 columns, the table has 3"):
+    with pytest.raises(InvalidArgument, match="the request describes 0 columns, the table has 3"):
         decode_contiguous_rows(fewer, SCHEMA, max_decoded_bytes=LIMIT)
     unknown = rows_of(GOOD)
     unknown.column_descs[1].typ = 99
