@@ -3,6 +3,7 @@ workers by pyarrow's C++ Flight client, re-readable with the same rows, then rel
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -152,6 +153,7 @@ async def test_closing_the_coordinator_ends_its_held_queries_as_their_grace_woul
     Spark's read) ends the held queries still in their grace as the grace would: each task's
     channel half-closed, so its worker reports the task's metrics and drops it. Resetting the
     channels instead lost the metrics, and each worker logged a cancelled request."""
+    caplog.set_level(logging.INFO, logger="grpclib.server")
     provider = UnitProvider([30, 20])
     async with start_workers(2, session_builder=unit_session_builder) as workers:
         resolver = InProcessWorkerResolver(workers)
