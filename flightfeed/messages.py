@@ -67,6 +67,8 @@ def parse_strict(message: type[M], data: bytes, *, max_nesting: int = MAX_NESTIN
     checked = _schema(message) is not None  # every level's wire types match the schema
     try:
         parsed = decode_message(message, data) if checked else message.parse(bytes(data))
+    except InvalidArgument:  # two members of a oneof (the message names its class)
+        raise
     except Exception as exc:  # a value's own complaint (an enum's, UTF-8's)
         raise InvalidArgument(f"{name}: {type(exc).__name__}: {exc}") from None
     if not checked:  # unknown betterproto2 internals: check the parsed types

@@ -4,7 +4,8 @@ betterproto2 reads a message a byte at a time through a stream and post-processe
 through generic helpers: parsing a task's metrics was a quarter of a busy coordinator's CPU.
 This decoder walks the bytes as a memoryview with a plan per message class (field number to
 name, kind and conversion) and fills the message exactly as `Message.load` does: the same
-defaults, `setattr` for single fields (the last one wins, a oneof member clears the others),
+defaults, `setattr` for single fields (the last one wins; a second member of a oneof is refused,
+where betterproto2 would keep both and fail when the message is read),
 `append`/`extend` for repeated ones, unknown fields kept raw. It trusts the wire format only as
 far as flightfeed.messages has checked it: call it on bytes `parse_strict` has walked. Classes
 it has no plan for (maps, wrapper types) are left to betterproto2;
@@ -18,6 +19,7 @@ from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import betterproto2
 
+from .errors import InvalidArgument
 from .protowire import WIRE_I32, WIRE_LEN, WIRE_VARINT, decode_varint, skip_field
 
 M = TypeVar("M", bound=betterproto2.Message)
@@ -45,6 +47,7 @@ class _Field(NamedTuple):
     repeated: bool
     child: Any  # the message class of a message field, the enum class of an enum field
     fixed: struct.Struct | None
+    rivals: tuple[str, ...]  # the other members of its oneof
 
 
 def decode_message(cls: type[M], data: bytes | memoryview) -> M:
@@ -96,8 +99,19 @@ def decode_message(cls: type[M], data: bytes | memoryview) -> M:
         if field.repeated:
             getattr(message, field.name).append(value)
         else:
+            if field.rivals:
+                _check_oneof(cls, message, field)
             setattr(message, field.name, value)
     return message
+
+
+def _check_oneof(cls: type, message: Any, field: _Field) -> None:
+    """Refuse a second member of a oneof. Protobuf would keep the last one, but betterproto2
+    keeps both, and its `which_one_of` then raises a RuntimeError wherever the message is read
+    (a table Read's predicate was answered with header 500)."""
+    for rival in field.rivals:
+        if getattr(message, rival) is not None:
+            raise InvalidArgument(f"{cls.__name__} sets both {rival} and {field.name} of a oneof")
 
 
 def _bytes_run(
@@ -182,5 +196,10 @@ def _make_plan(cls: type[betterproto2.Message]) -> dict[int, _Field] | None:
         else:
             return None
         child = meta.cls_by_field.get(name) if proto_type in ("message", "enum") else None
-        plan[field.number] = _Field(name, kind, proto_type, bool(field.repeated), child, fixed)
+        rivals = tuple(
+            f.name for f in meta.oneof_field_by_group.get(field.group, ()) if f.name != name
+        )
+        plan[field.number] = _Field(
+            name, kind, proto_type, bool(field.repeated), child, fixed, rivals
+        )
     return plan

@@ -18,8 +18,11 @@ from flightfeed._generated.arrow.flight.protocol import (
     Ticket,
 )
 from flightfeed._generated.flightfeed.v1 import (
+    ColumnRef,
     CoordinatorToWorkerMsg,
     ExecuteTaskRequest,
+    Expr,
+    LiteralValue,
     PlanNode,
     SetPlanRequest,
     TaskMetrics,
@@ -102,3 +105,15 @@ def test_runs_of_repeated_bytes_with_other_fields_between(rows: list[bytes]) -> 
     wire = bytes(first) + bytes(middle) + bytes(second)
     assert decode_message(ContiguousRows, wire) == ContiguousRows.parse(wire)
     assert parse_strict(ContiguousRows, wire).encoded_rows == rows
+
+
+def test_a_second_member_of_a_oneof_is_refused() -> None:
+    """Protobuf keeps the last member of a oneof; betterproto2 keeps both, and its
+    `which_one_of` raises a RuntimeError wherever the message is read: refused as it arrives."""
+    both = bytes(Expr(column=ColumnRef("host"))) + bytes(Expr(literal=LiteralValue(b"")))
+    with pytest.raises(RuntimeError, match="more than one field set in oneof"):
+        betterproto2.which_one_of(Expr.parse(both), "expr")
+    with pytest.raises(InvalidArgument, match=r"^Expr sets both column and literal of a oneof$"):
+        parse_strict(Expr, both)
+    twice = bytes(Expr(column=ColumnRef("a"))) + bytes(Expr(column=ColumnRef("b")))
+    assert parse_strict(Expr, twice) == Expr.parse(twice)  # one member twice: the last one

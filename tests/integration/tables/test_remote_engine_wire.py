@@ -641,6 +641,20 @@ async def test_a_read_of_an_unknown_column_is_a_bad_request(cpu: tuple[Worker, C
     assert "projection index 9" in response.header.error
 
 
+async def test_a_predicate_setting_two_members_of_a_oneof_is_a_bad_request(
+    cpu: tuple[Worker, Client],
+) -> None:
+    """An expression that is both a column and a literal (what another engine's expression
+    encoding can look like to ours) was answered with header 500 and a traceback in the log:
+    betterproto2 kept both members and raised when the predicate was read."""
+    _, client = cpu
+    request = client.read_request("cpu")
+    request.read_request.predicate.exprs.append(encode_expr(col("host")) + encode_expr(lit(1)))
+    (response,) = [r async for r in client.stub.Read(request)]
+    assert response.header.code == BAD_REQUEST
+    assert response.header.error.endswith("Expr sets both column and literal of a oneof")
+
+
 # --- GetTableInfo ------------------------------------------------------------------------
 
 
