@@ -28,6 +28,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flightfeed._generated.flightfeed.v1 import CreateTable
+from flightfeed.plan import expr
+from flightfeed.plan.expr_proto import encode_expr
 from flightfeed.spark.source import table_ref
 
 EXAMPLES = int(os.environ.get("FLIGHTFEED_ENGINE_FUZZ_EXAMPLES", "200"))
@@ -62,6 +64,13 @@ def valid_requests(seed: SeedProtos) -> dict[str, tuple[str, bytes, Any, bool]]:
         table=table,
         read_request=pb.TableReadRequest(request_id="fuzz", opts=pb.ReadOptions(batch_size=10)),
     )
+    predicate = pb.Predicate(
+        exprs=[encode_expr(expr.call("greater", expr.col("v"), expr.lit(0.5)))]
+    )
+    filtered = pb.ReadRequest(
+        table=table,
+        read_request=pb.TableReadRequest(request_id="fuzz", predicate=predicate),
+    )
     return {
         "Write": ("Write", write.SerializeToString(), pb.WriteResponse, False),
         "Write of contiguous rows": (
@@ -77,6 +86,7 @@ def valid_requests(seed: SeedProtos) -> dict[str, tuple[str, bytes, Any, bool]]:
             False,
         ),
         "Read": ("Read", read.SerializeToString(), pb.ReadResponse, True),
+        "Read with a predicate": ("Read", filtered.SerializeToString(), pb.ReadResponse, True),
         "GetTableInfo": (
             "GetTableInfo",
             pb.GetTableInfoRequest(table=table).SerializeToString(),
