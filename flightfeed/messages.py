@@ -67,8 +67,9 @@ def parse_strict(message: type[M], data: bytes, *, max_nesting: int = MAX_NESTIN
     checked = _schema(message) is not None  # every level's wire types match the schema
     try:
         parsed = decode_message(message, data) if checked else message.parse(bytes(data))
-    except InvalidArgument:  # two members of a oneof (the message names its class)
-        raise
+    except InvalidArgument as exc:  # two members of a oneof, in this message or one inside it
+        named = exc.message if exc.message.startswith(name) else f"{name}: {exc.message}"
+        raise InvalidArgument(named) from None
     except Exception as exc:  # a value's own complaint (an enum's, UTF-8's)
         raise InvalidArgument(f"{name}: {type(exc).__name__}: {exc}") from None
     if not checked:  # unknown betterproto2 internals: check the parsed types
@@ -153,6 +154,14 @@ def _walk(message: type[betterproto2.Message], buf: memoryview, limit: int) -> N
                     within = f"{path}{field.name}."
                     pending.append((_schema(field.child), pos, pos + length, depth + 1, within))
                 pos += length
+                if field.child is None and key < 0x80:  # a run of it: HoraeDB's rows, a bytes each
+                    while pos < end and buf[pos] == key:
+                        length = buf[pos + 1]
+                        if length < 0x80:
+                            pos += 2 + length
+                        else:
+                            length, pos = decode_varint(buf, pos + 1)
+                            pos += length
             else:
                 pos = skip_field(buf, pos, wire_type)
             if pos > end:
