@@ -145,6 +145,7 @@ class _Decoder:
         self.starts = self.ends - lengths
         # A pad after the last row: reads that are masked out may run past a row's end.
         self.buf = np.frombuffer(b"".join([*encoded, bytes(16)]), dtype=np.uint8)
+        self._windows: dict[int, npt.NDArray[np.uint8]] = {}
         self._check(lengths >= HEADER_BYTES, "shorter than its 4-byte header")
         num_bits = self._gather(self.starts, "<u4").astype(np.int64)
         with_nulls = num_bits != 0
@@ -184,9 +185,11 @@ class _Decoder:
             return np.empty(0, dtype=dtype)
         # Every `width` bytes starting at each position, as rows of a read-only strided view:
         # indexing it copies `width` bytes a value, with no index array `width` times as long.
-        windows = np.lib.stride_tricks.as_strided(
-            self.buf, shape=(len(self.buf) - width + 1, width), strides=(1, 1), writeable=False
-        )
+        windows = self._windows.get(width)
+        if windows is None:
+            windows = self._windows[width] = np.lib.stride_tricks.as_strided(
+                self.buf, shape=(len(self.buf) - width + 1, width), strides=(1, 1), writeable=False
+            )
         return np.ascontiguousarray(windows[at]).view(dtype).reshape(len(at))
 
     def _plain_block(self) -> npt.NDArray[np.void]:
@@ -235,7 +238,28 @@ class _Decoder:
             return self._variable(index, values.astype(np.int64), valid, layout.arrow)
         if column.type.data_type == DataType.BOOL:
             values = values != 0
-        return pa.array(values, type=layout.arrow, mask=~valid)
+        return pa.array(values, type=layout.arrow, mask=~valid if len(self.sparse) else None)
+
+    def _varints(
+        self,
+        at: npt.NDArray[np.int64],
+        end: npt.NDArray[np.int64],
+        valid: npt.NDArray[np.bool_],
+        index: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The varint at each position `at` (before `end`): its value and its length in bytes."""
+        size = np.zeros(self.n, dtype=np.int64)
+        used = np.zeros(self.n, dtype=np.int64)
+        done = ~valid
+        for k in range(MAX_VARINT_BYTES):
+            inside = at + k < end
+            byte = self.buf[np.where(inside, at + k, 0)].astype(np.int64)
+            take = ~done & inside
+            size |= np.where(take, (byte & 0x7F) << (7 * k), 0)
+            used += take
+            done |= take & (byte < 0x80)
+        self._check(done, "a malformed string length", index)
+        return size, used
 
     def _variable(
         self,
@@ -253,18 +277,12 @@ class _Decoder:
         )
         at = np.where(valid, self.starts + offsets, 0)
         end = np.where(valid, self.ends, 1)
-        size = np.zeros(self.n, dtype=np.int64)
-        used = np.zeros(self.n, dtype=np.int64)  # bytes of the varint
-        done = ~valid
-        for k in range(MAX_VARINT_BYTES):
-            inside = at + k < end
-            byte = self.buf[np.where(inside, at + k, 0)].astype(np.int64)
-            take = ~done & inside
-            size |= np.where(take, (byte & 0x7F) << (7 * k), 0)
-            used += take
-            done |= take & (byte < 0x80)
-        self._check(done, "a malformed string length", index)
-        first = at + used
+        size = self.buf[at].astype(np.int64)  # a length under 128 is its one byte
+        if ((size < 0x80) | ~valid).all():
+            first = at + 1
+        else:
+            size, used = self._varints(at, end, valid, index)
+            first = at + used
         self._check(~valid | (first + size <= end), "a string running past the row's end", index)
         # The values lie in row order, one inside each row, so their ends and the gaps between
         # them make the offsets of one binary array over the joined rows (no copy); taking its
