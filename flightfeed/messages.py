@@ -26,12 +26,23 @@ from typing import Final, NamedTuple, TypeVar
 
 import betterproto2
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, ResourceExhausted
 from .protodecode import decode_message
 from .protowire import WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT, decode_varint, skip_field
 
 M = TypeVar("M", bound=betterproto2.Message)
 
+BYTES_PER_VALUE: Final = 12
+"""A message may hold one field or packed value for every this many bytes (past the minimum
+below). A parsed value costs ~50 bytes or more (a bytes, an int, a list slot), so a message
+of 4-byte values parsed to 14 times its size; at one in 12 bytes it is at most ~5 times, as a
+payload's decoded size is bounded at 4 times. The least real values run longer: a HoraeDB row
+with nothing but its timestamp is 14 bytes on the wire."""
+MIN_VALUE_BUDGET: Final = 1 << 20
+"""Whatever its size, a message may hold this many (so no small message is refused)."""
+MAX_UNKNOWN_FIELDS: Final = 4096
+"""Unknown fields a message may carry (a newer peer's additions are a few). betterproto2 keeps
+them by appending each to the bytes of those before: quadratic, 160,000 took a second."""
 MAX_NESTING: Final = 200
 """Messages nested deeper than this are refused: far deeper than any real plan or expression,
 and well within Python's recursion limit for betterproto2's parser."""
@@ -86,6 +97,7 @@ class _Field(NamedTuple):
     expected: str  # the proto type, as error messages name it
     wire_types: frozenset[int]
     child: type[betterproto2.Message] | None  # the message a length-delimited value holds
+    packed_width: int | None  # a packed repeated scalar's bytes a value (0: varints), or None
 
 
 _WIRE_NAMES: Final = {
@@ -124,11 +136,19 @@ class _MisplacedField(InvalidArgument):
 def _walk(message: type[betterproto2.Message], buf: memoryview, limit: int) -> None:
     # (schema, start, end, depth, field path); nested messages are checked after their parent.
     pending = [(_schema(message), 0, len(buf), 0, f"{message.__name__}.")]
+    # Values parsing will make (a Python object each, ~50 bytes and more): at most one for
+    # every BYTES_PER_VALUE bytes, so that no message can parse to many times its size.
+    budget = max(MIN_VALUE_BUDGET, len(buf) // BYTES_PER_VALUE)
+    values = 0
     while pending:
         schema, pos, end, depth, path = pending.pop()
         if depth > limit:
             raise InvalidArgument(f"messages nested deeper than {limit}")
+        unknown = 0
         while pos < end:
+            values += 1
+            if values > budget:
+                raise _too_many(budget, len(buf))
             key = buf[pos]  # most tags and lengths are one byte: decoded inline
             if key < 0x80:
                 pos += 1
@@ -139,6 +159,10 @@ def _walk(message: type[betterproto2.Message], buf: memoryview, limit: int) -> N
             if field is None:  # an unknown field: well-formed is all it must be
                 if number == 0:
                     raise InvalidArgument("malformed protobuf: field number 0")
+                unknown += 1
+                if unknown > MAX_UNKNOWN_FIELDS:
+                    problem = f"more than {MAX_UNKNOWN_FIELDS} unknown fields in {path[:-1]}"
+                    raise InvalidArgument(problem)
                 pos = skip_field(buf, pos, wire_type)
             elif wire_type not in field.wire_types:
                 got = _WIRE_NAMES.get(wire_type, f"wire type {wire_type}")
@@ -153,6 +177,10 @@ def _walk(message: type[betterproto2.Message], buf: memoryview, limit: int) -> N
                 if field.child is not None:
                     within = f"{path}{field.name}."
                     pending.append((_schema(field.child), pos, pos + length, depth + 1, within))
+                elif field.packed_width is not None:
+                    values += _packed_count(buf, pos, length, field.packed_width)
+                    if values > budget:
+                        raise _too_many(budget, len(buf))
                 pos += length
                 if field.child is None and key < 0x80:  # a run of it: HoraeDB's rows, a bytes each
                     while pos < end and buf[pos] == key:
@@ -162,10 +190,33 @@ def _walk(message: type[betterproto2.Message], buf: memoryview, limit: int) -> N
                         else:
                             length, pos = decode_varint(buf, pos + 1)
                             pos += length
+                        values += 1
+                        if field.packed_width is not None:
+                            values += _packed_count(buf, pos - length, length, field.packed_width)
+                        if values > budget:
+                            raise _too_many(budget, len(buf))
             else:
                 pos = skip_field(buf, pos, wire_type)
             if pos > end:
                 raise InvalidArgument(f"truncated field {number} of {path[:-1]}")
+
+
+_CONTINUED: Final = bytes(range(0x80, 0x100))
+
+
+def _packed_count(buf: memoryview, pos: int, length: int, width: int) -> int:
+    """The values in a packed record: its length over their width, or its varints' last bytes."""
+    if width:
+        return length // width
+    return len(bytes(buf[pos : pos + length]).translate(None, _CONTINUED))
+
+
+def _too_many(budget: int, size: int) -> ResourceExhausted:
+    return ResourceExhausted(
+        f"a message of {size} bytes holds more than {budget} fields and values (at most one for"
+        f" every {BYTES_PER_VALUE} bytes, or {MIN_VALUE_BUDGET}): it would parse to many times"
+        " its size"
+    )
 
 
 @functools.cache
@@ -178,6 +229,7 @@ def _schema(cls: type[betterproto2.Message]) -> dict[int, _Field] | None:
     for name, meta in metadata.meta_by_field_name.items():
         kind: str = meta.proto_type
         child: type[betterproto2.Message] | None = None
+        packed_width: int | None = None
         if kind in ("message", "map"):
             wire_types = frozenset({WIRE_LEN})
             child = meta.unwrap() if meta.unwrap else metadata.cls_by_field.get(name)
@@ -190,7 +242,9 @@ def _schema(cls: type[betterproto2.Message]) -> dict[int, _Field] | None:
             wire = _FIXED_WIRE.get(kind, WIRE_VARINT)
             wire_types = frozenset({wire, WIRE_LEN} if meta.repeated else {wire})
             expected = kind
-        fields[meta.number] = _Field(name, expected, wire_types, child)
+            if meta.repeated:
+                packed_width = {WIRE_I32: 4, WIRE_I64: 8}.get(wire, 0)
+        fields[meta.number] = _Field(name, expected, wire_types, child, packed_width)
     return fields
 
 

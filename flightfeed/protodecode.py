@@ -57,6 +57,7 @@ def decode_message(cls: type[M], data: bytes | memoryview) -> M:
         return cls.parse(bytes(data))
     buf = memoryview(data)
     message = cls()
+    unknown: list[bytes] = []  # joined once: `+=` a field copied all before it, O(n²)
     pos, end = 0, len(buf)
     while pos < end:
         start = pos
@@ -69,7 +70,7 @@ def decode_message(cls: type[M], data: bytes | memoryview) -> M:
         wire = key & 7
         if field is None:
             pos = skip_field(buf, pos, wire)
-            message._unknown_fields += bytes(buf[start:pos])
+            unknown.append(bytes(buf[start:pos]))
             continue
         value: Any
         if wire == WIRE_LEN:
@@ -102,6 +103,8 @@ def decode_message(cls: type[M], data: bytes | memoryview) -> M:
             if field.rivals:
                 _check_oneof(cls, message, field)
             setattr(message, field.name, value)
+    if unknown:
+        message._unknown_fields += b"".join(unknown)
     return message
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from flightfeed._generated.arrow.flight.protocol import Ticket
 from flightfeed._generated.flightfeed.v1 import (
     CoordinatorToWorkerMsg,
+    CreateTable,
     ErrorCode,
     ErrorDetail,
     ExecuteTaskRequest,
@@ -32,8 +33,15 @@ from flightfeed._generated.flightfeed.v1 import (
     TaskMetrics,
     WorkerToCoordinatorMsg,
 )
-from flightfeed.errors import InvalidArgument, PlanDecodeError
-from flightfeed.messages import MAX_NESTING, _type_problem, parse_strict
+from flightfeed._generated.remote_engine import GetTableInfoRequest, ReadRequest, WriteRequest
+from flightfeed.errors import InvalidArgument, PlanDecodeError, ResourceExhausted
+from flightfeed.messages import (
+    MAX_NESTING,
+    MAX_UNKNOWN_FIELDS,
+    MIN_VALUE_BUDGET,
+    _type_problem,
+    parse_strict,
+)
 from flightfeed.plan import CodecRegistry, decode_plan
 from flightfeed.protowire import encode_varint
 from flightfeed.session import Session
@@ -230,3 +238,54 @@ def test_arbitrary_bytes_are_refused_or_parse_to_the_promised_types(data: bytes)
 def test_the_type_oracle_of_these_properties_does_catch_a_misplaced_value() -> None:
     lenient = ExecuteTaskRequest.parse(b"\x08\x05")  # betterproto2 alone: an int for a message
     assert _type_problem(lenient, "ExecuteTaskRequest") is not None
+
+
+# --- what a message may parse to -------------------------------------------------------------
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
+
+
+def _contiguous_write(row: bytes, rows: int) -> bytes:
+    """A WriteRequest whose row group holds `rows` copies of `row` (field 2 of ContiguousRows)."""
+    return _field(2, _field(4, _field(2, row) * rows))
+
+
+def test_a_message_of_tiny_values_is_refused_before_it_is_parsed() -> None:
+    """16 million 2-byte rows in a 64 MB Write parsed to ~14 times that (860 MB for 61 MB) in
+    7 s; one value for every 12 bytes is what a message may hold past its first million."""
+    data = _contiguous_write(b"ab", 16_000_000)
+    with pytest.raises(ResourceExhausted, match=r"holds more than 5333334 fields and values"):
+        parse_strict(WriteRequest, data)
+    rows = parse_strict(WriteRequest, _contiguous_write(b"ab", MIN_VALUE_BUDGET - 10))
+    assert rows.row_group is not None
+    assert rows.row_group.contiguous is not None
+    assert len(rows.row_group.contiguous.encoded_rows) == MIN_VALUE_BUDGET - 10  # the floor
+    # HoraeDB's least row (a timestamp only: 12 bytes, 14 on the wire), past the floor: fine
+    least = _contiguous_write(bytes(12), 2 * MIN_VALUE_BUDGET)
+    assert parse_strict(WriteRequest, least).row_group is not None
+
+
+def test_packed_values_count_one_each() -> None:
+    """A packed repeated scalar is one record on the wire and a value each once parsed."""
+    projection = _field(2, _field(3, _field(2, _field(1, b"\x80\x01" * 2_000_000))))
+    with pytest.raises(ResourceExhausted, match="fields and values"):
+        parse_strict(ReadRequest, projection)
+    wide = _field(2, _field(3, _field(2, _field(1, b"\x80\x80\x80\x80\x80\x01" * 500_000))))
+    parsed = parse_strict(ReadRequest, wide)  # 6 bytes a value: within one in 12
+    assert parsed.read_request is not None
+    assert parsed.read_request.projected_schema is not None
+    assert parsed.read_request.projected_schema.projection is not None
+    assert len(parsed.read_request.projected_schema.projection.idx) == 500_000
+
+
+def test_unknown_fields_are_bounded() -> None:
+    """betterproto2 keeps unknown fields by appending each to the bytes of those before (for
+    messages with a map, it parses them itself): 160,000 took a second, quadratically."""
+    unknown = b"\x78\x01"  # field 15, a varint: no field of these messages
+    for message in (GetTableInfoRequest, CreateTable):
+        kept = parse_strict(message, unknown * MAX_UNKNOWN_FIELDS)
+        assert kept._unknown_fields == unknown * MAX_UNKNOWN_FIELDS
+        with pytest.raises(InvalidArgument, match=f"more than {MAX_UNKNOWN_FIELDS} unknown"):
+            parse_strict(message, unknown * (MAX_UNKNOWN_FIELDS + 1))
