@@ -10,7 +10,9 @@ network is checked here first, in one iterative pass over the wire through every
    the Python type the proto promises (a varint for an int, a length for a message, a
    string, bytes or a packed repeated scalar, ...);
 3. nesting, measured along the schema's message fields: a message nested 200,000 deep is
-   refused at once, not after seconds of recursion.
+   refused at once, not after seconds of recursion;
+4. what it would parse to: its fields and packed values for its size (a Python object each),
+   and its unknown fields (which betterproto2 keeps quadratically).
 
 One pass, with no walk of the parsed objects afterwards, keeps the check a fraction of the
 parse even for large TaskMetrics. Each failure is an InvalidArgument naming the message, the
