@@ -77,8 +77,9 @@ async def test_a_process_stopped_from_outside_is_a_pause_not_a_stall() -> None:
         )
     assert stopper.returncode == 0
     assert watchdog.stalls == [], watchdog.report()
-    assert len(watchdog.pauses) == 1
-    assert watchdog.pauses[0] >= 0.3
+    # The stop is one pause; a machine busy enough (CI's) may add one of its own, which is
+    # what pauses are for.
+    assert any(pause >= 0.3 for pause in watchdog.pauses), watchdog.pauses
 
 
 def test_the_threshold_must_be_positive() -> None:
