@@ -13,13 +13,19 @@ from .._generated.remote_engine import (
     TableReadRequest,
 )
 from .._generated.schema import ProjectedSchema
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, PlanDecodeError
+from ..plan.expr import Expr
 from ..plan.expr_proto import decode_expr
+from ..protowire import decode_varint
+from .datafusion_expr import predicate_from_datafusion
 from .engine import DEFAULT_BATCH_ROWS, TableRead
 from .schema import TableSchema
 from .store import Order, TableName
 
 MAX_PREDICATES: Final = 1024
+_FLIGHTFEED_EXPR_FIELDS: Final = 3
+"""flightfeed.v1.Expr's members are fields 1-3; a predicate starting with a higher field is
+DataFusion's (a binary expression is 4, NOT 8, IN 14, ...)."""
 _ORDERS: Final[dict[ReadOrder, Order]] = {
     ReadOrder.None_: "none",
     ReadOrder.Asc: "asc",
@@ -79,7 +85,7 @@ def table_read(name: TableName, request: TableReadRequest | None, table: TableSc
     return TableRead(
         name,
         columns=projected_columns(request.projected_schema, table),
-        predicates=tuple(decode_expr(bytes(e)) for e in exprs),
+        predicates=tuple(_predicate(bytes(e), i) for i, e in enumerate(exprs)),
         time_range=time_range,
         order=order,
         batch_size=(options.batch_size if options and options.batch_size else DEFAULT_BATCH_ROWS),
@@ -87,4 +93,38 @@ def table_read(name: TableName, request: TableReadRequest | None, table: TableSc
     ).checked()
 
 
-__all__ = ["deadline_seconds", "projected_columns", "table_name", "table_read"]
+def decode_predicate(data: bytes) -> Expr:
+    """A predicate as flightfeed's clients send it (a flightfeed.v1.Expr) or as HoraeDB does
+    (DataFusion's LogicalExprNode). The two share field numbers 1-3, and a column (1) means
+    the same in both; bytes that are not a valid flightfeed expression are tried as
+    DataFusion's."""
+    if _first_field(data) > _FLIGHTFEED_EXPR_FIELDS:
+        return predicate_from_datafusion(data)
+    try:
+        return decode_expr(data)
+    except PlanDecodeError as ours:
+        try:
+            return predicate_from_datafusion(data)
+        except InvalidArgument as theirs:
+            raise InvalidArgument(
+                f"neither a flightfeed.v1.Expr ({ours.message}) nor a DataFusion expression"
+                f" ({theirs.message})"
+            ) from None
+
+
+def _predicate(data: bytes, index: int) -> Expr:
+    try:
+        return decode_predicate(data)
+    except InvalidArgument as exc:
+        raise type(exc)(f"predicate {index}: {exc.message}") from None
+
+
+def _first_field(data: bytes) -> int:
+    try:
+        key, _ = decode_varint(memoryview(data), 0)
+    except InvalidArgument:
+        return 0
+    return key >> 3
+
+
+__all__ = ["decode_predicate", "deadline_seconds", "projected_columns", "table_name", "table_read"]

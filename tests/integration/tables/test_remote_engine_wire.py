@@ -652,7 +652,9 @@ async def test_a_predicate_setting_two_members_of_a_oneof_is_a_bad_request(
     request.read_request.predicate.exprs.append(encode_expr(col("host")) + encode_expr(lit(1)))
     (response,) = [r async for r in client.stub.Read(request)]
     assert response.header.code == BAD_REQUEST
-    assert response.header.error.endswith("Expr sets both column and literal of a oneof")
+    error = response.header.error
+    assert error.startswith("Read failed: predicate 0: neither a flightfeed.v1.Expr")
+    assert "Expr sets both column and literal of a oneof" in error
 
 
 # --- GetTableInfo ------------------------------------------------------------------------

@@ -1,0 +1,290 @@
+"""HoraeDB's read predicates: DataFusion logical expressions, translated to flightfeed's.
+
+HoraeDB sends each filter it pushes into a remote read as datafusion-proto's LogicalExprNode
+(`Expr::to_bytes`), and plans the pushdown as Exact: it does not filter those rows again. A
+worker must therefore evaluate every predicate with DataFusion's meaning or refuse the read;
+ignoring one would return wrong rows. What a SQL filter on a table becomes after DataFusion's
+analyzer is translated here: columns, literals, AND/OR/NOT, comparisons, IS [NOT] NULL,
+IS [NOT] TRUE/FALSE/UNKNOWN, [NOT] BETWEEN, [NOT] IN, [NOT] [I]LIKE, regex matches, + - * /,
+unary minus, bitwise and/or/xor, string concatenation and casts. Anything else (CASE, scalar
+functions and UDFs, modulo, shifts, TRY_CAST, ...) is an InvalidArgument naming it.
+
+SQL's three-valued logic is kept: AND and OR are Kleene, and `x IN (...)` is NULL when x is
+NULL or when x is not found and the list holds a NULL, so NOT of it stays NULL. Where only a
+filter's outcome matters (a predicate itself, or an AND/OR in one), NULL and false drop a row
+alike, and IN becomes a plain set lookup the scan can push into DuckDB.
+
+Two semantics are Arrow's rather than DataFusion's: floats compare by IEEE (a NaN row passes
+no comparison but `<>`; arrow-rs orders NaN above every number and equal to itself), and casts
+are Arrow C++'s checked casts (a float cast to an integer truncates, as in arrow-rs; a value
+out of range is an error). Integer arithmetic wraps on overflow in both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import betterproto2
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .._generated.datafusion import (
+    AliasNode,
+    BetweenNode,
+    BinaryExprNode,
+    CastNode,
+    InListNode,
+    LikeNode,
+    LogicalExprNode,
+    ScalarFunctionNode,
+    ScalarUdfExprNode,
+)
+from .._generated.datafusion import (
+    Column as ColumnNode,
+)
+from ..errors import InvalidArgument
+from ..plan.expr import Call, Column, Expr, Literal
+from ..plan.expr_proto import MAX_EXPR_DEPTH
+from ..plan.protobuf import parse_message
+from .datafusion_scalar import arrow_type, scalar
+
+_COMPARISONS: Final = {
+    "Eq": "equal",
+    "NotEq": "not_equal",
+    "Lt": "less",
+    "LtEq": "less_equal",
+    "Gt": "greater",
+    "GtEq": "greater_equal",
+}
+_ARITHMETIC: Final = {
+    # DataFusion's + - * wrap on integer overflow (add_wrapping, ...), as Arrow's unchecked
+    # kernels do; / truncates integers and fails on a zero divisor in both.
+    "Plus": "add",
+    "Minus": "subtract",
+    "Multiply": "multiply",
+    "Divide": "divide",
+    "BitwiseAnd": "bit_wise_and",
+    "BitwiseOr": "bit_wise_or",
+    "BitwiseXor": "bit_wise_xor",
+}
+_KLEENE: Final = {"And": "and_kleene", "Or": "or_kleene"}
+_REGEX: Final = {
+    # operator: (ignore case, negated)
+    "RegexMatch": (False, False),
+    "RegexIMatch": (True, False),
+    "RegexNotMatch": (False, True),
+    "RegexNotIMatch": (True, True),
+}
+_NULL_BOOL: Final = Literal(pa.scalar(None, pa.bool_()))
+_FALSE: Final = Literal(pa.scalar(False))
+_TRUE: Final = Literal(pa.scalar(True))
+_LIKE_ESCAPES: Final = ("", "\\")
+"""DataFusion runs LIKE with no escape or with `\\` (any other is refused at its planning);
+Arrow's match_like escapes with `\\`."""
+
+
+def predicate_from_datafusion(data: bytes) -> Expr:
+    """A predicate from untrusted LogicalExprNode bytes; InvalidArgument naming what is
+    malformed or not supported."""
+    node = parse_message(LogicalExprNode, data, "DataFusion expression")
+    return _translate(node, filtering=True, depth=0)
+
+
+def _translate(node: LogicalExprNode | None, *, filtering: bool, depth: int) -> Expr:
+    """`filtering`: only whether the value is true matters (NULL may become false)."""
+    if node is None:
+        raise InvalidArgument("a DataFusion expression is missing an operand")
+    if depth > MAX_EXPR_DEPTH:
+        raise InvalidArgument(f"a DataFusion expression nested deeper than {MAX_EXPR_DEPTH}")
+    member, value = betterproto2.which_one_of(node, "ExprType")
+
+    def inner(child: LogicalExprNode | None, keep_filtering: bool = False) -> Expr:
+        return _translate(child, filtering=filtering and keep_filtering, depth=depth + 1)
+
+    if isinstance(value, ColumnNode):
+        if not value.name:
+            raise InvalidArgument("a DataFusion column has no name")
+        return Column(value.name)  # its relation qualifies it by table: there is one
+    if member == "literal":
+        return Literal(scalar(value))
+    if isinstance(value, AliasNode):
+        return inner(value.expr, keep_filtering=True)
+    if isinstance(value, BinaryExprNode):
+        return _binary(value, inner)
+    if isinstance(value, BetweenNode):
+        return _between(value, inner)
+    if isinstance(value, InListNode):
+        return _in_list(value, inner, filtering=filtering)
+    if isinstance(value, LikeNode):
+        return _like(value, inner, ignore_case=member == "ilike")
+    if isinstance(value, CastNode):
+        return _cast(inner(value.expr), arrow_type(value.arrow_type))
+    unary = _UNARY.get(member)
+    if unary is not None:
+        return unary(inner(getattr(value, "expr", None)))
+    raise InvalidArgument(f"{_describe(member, value)} is not supported in a predicate here")
+
+
+_UNARY: Final[dict[str, Callable[[Expr], Expr]]] = {
+    "not_expr": lambda x: Call("invert", (x,)),
+    "negative": lambda x: Call("negate", (x,)),
+    "is_null_expr": lambda x: Call("is_null", (x,)),
+    "is_not_null_expr": lambda x: Call("is_valid", (x,)),
+    "is_unknown": lambda x: Call("is_null", (x,)),
+    "is_not_unknown": lambda x: Call("is_valid", (x,)),
+    "is_true": lambda x: Call("coalesce", (x, _FALSE)),
+    "is_not_false": lambda x: Call("coalesce", (x, _TRUE)),
+    "is_false": lambda x: Call("coalesce", (Call("invert", (x,)), _FALSE)),
+    "is_not_true": lambda x: Call("coalesce", (Call("invert", (x,)), _TRUE)),
+}
+"""Unary nodes (each with one `expr`) and their meaning; IS TRUE and the like are never NULL."""
+
+
+def _describe(member: str, value: object) -> str:
+    if isinstance(value, ScalarFunctionNode):
+        return f"DataFusion's scalar function number {value.fun} (datafusion.ScalarFunction)"
+    if isinstance(value, ScalarUdfExprNode):
+        return f"DataFusion function {value.fun_name!r}"
+    if not member:
+        return "a DataFusion expression with no kind set"
+    return f"DataFusion expression {member.rstrip('_')!r}"
+
+
+Translate = Callable[..., Expr]
+
+
+def _binary(node: BinaryExprNode, inner: Translate) -> Expr:
+    """DataFusion flattens a left-deep chain of one operator into one node; an associative
+    AND/OR chain becomes a balanced tree (a 10,000-term AND stays 14 deep), the others are
+    folded left as DataFusion evaluates them."""
+    operands, op = node.operands, node.op
+    if len(operands) < 2:
+        raise InvalidArgument(f"DataFusion's {op!r} needs 2 operands or more, got {len(operands)}")
+    if op in _KLEENE:
+        return _balanced(_KLEENE[op], [inner(o, keep_filtering=True) for o in operands])
+    if len(operands) > MAX_EXPR_DEPTH:
+        raise InvalidArgument(f"a chain of {len(operands)} {op!r} is deeper than {MAX_EXPR_DEPTH}")
+    combine = _binary_operator(op)
+    result = inner(operands[0])
+    for operand in operands[1:]:
+        result = combine(result, inner(operand))
+    return result
+
+
+def _binary_operator(op: str) -> Callable[[Expr, Expr], Expr]:
+    if op in _COMPARISONS:
+        function = _COMPARISONS[op]
+        return lambda left, right: Call(function, (left, right))
+    if op in _ARITHMETIC:
+        arithmetic = _ARITHMETIC[op]
+        return lambda left, right: Call(arithmetic, (left, right))
+    if op == "IsNotDistinctFrom":
+        return _not_distinct
+    if op == "IsDistinctFrom":
+        return lambda left, right: Call("invert", (_not_distinct(left, right),))
+    if op == "StringConcat":
+        return lambda left, right: Call("binary_join_element_wise", (left, right, _EMPTY))
+    if op in _REGEX:
+        ignore_case, negated = _REGEX[op]
+        return lambda left, right: _matches(
+            "match_substring_regex", left, right, op, ignore_case, negated
+        )
+    raise InvalidArgument(f"DataFusion operator {op!r} is not supported in a predicate here")
+
+
+_EMPTY: Final = Literal(pa.scalar(""))
+
+
+def _not_distinct(left: Expr, right: Expr) -> Expr:
+    """Equal, with NULL equal to NULL and unequal to any value: never NULL."""
+    both_null = Call("and", (Call("is_null", (left,)), Call("is_null", (right,))))
+    return Call("coalesce", (Call("equal", (left, right)), both_null))
+
+
+def _balanced(function: str, args: Sequence[Expr]) -> Expr:
+    if len(args) == 1:
+        return args[0]
+    middle = len(args) // 2
+    return Call(function, (_balanced(function, args[:middle]), _balanced(function, args[middle:])))
+
+
+def _between(node: BetweenNode, inner: Translate) -> Expr:
+    """`x BETWEEN a AND b` is `x >= a AND x <= b`; NOT BETWEEN is `x < a OR x > b`, its
+    Kleene negation."""
+    value, low, high = inner(node.expr), inner(node.low), inner(node.high)
+    if node.negated:
+        return Call("or_kleene", (Call("less", (value, low)), Call("greater", (value, high))))
+    return Call(
+        "and_kleene", (Call("greater_equal", (value, low)), Call("less_equal", (value, high)))
+    )
+
+
+def _in_list(node: InListNode, inner: Translate, *, filtering: bool) -> Expr:
+    value = inner(node.expr)
+    items = [inner(item) for item in node.list]
+    if not all(isinstance(item, Literal) for item in items):
+        # Computed items: `x IN (a, b)` is `x = a OR x = b` in SQL's logic, NULLs included.
+        found = _balanced("or_kleene", [Call("equal", (value, item)) for item in items])
+        return _negated(found, node.negated) if items else _FALSE
+    scalars = [item.value for item in items if isinstance(item, Literal)]
+    present = [s for s in scalars if s.is_valid]
+    holds_null = len(present) < len(scalars)
+    if not present:
+        lookup: Expr = _FALSE
+    else:
+        try:
+            value_set = pa.array(present)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise InvalidArgument(
+                f"the values of a DataFusion IN list differ in type: {exc}"
+            ) from None
+        lookup = Call("is_in", (value,), pc.SetLookupOptions(value_set))
+    if filtering and not node.negated:
+        return lookup  # a NULL result drops the row as false does
+    if filtering and holds_null:
+        return _FALSE  # NOT IN a list holding NULL is never true
+    if filtering:
+        return Call("and_kleene", (Call("is_valid", (value,)), Call("invert", (lookup,))))
+    exact = Call("if_else", (Call("is_null", (value,)), _NULL_BOOL, lookup))
+    if holds_null:
+        exact = Call("or_kleene", (exact, _NULL_BOOL))
+    return _negated(exact, node.negated)
+
+
+def _like(node: LikeNode, inner: Translate, *, ignore_case: bool) -> Expr:
+    if node.escape_char not in _LIKE_ESCAPES:
+        raise InvalidArgument(
+            f"LIKE with escape character {node.escape_char!r} is not supported: only '\\\\'"
+        )
+    word = "ILIKE" if ignore_case else "LIKE"
+    value, pattern = inner(node.expr), inner(node.pattern)
+    return _matches("match_like", value, pattern, word, ignore_case, node.negated)
+
+
+def _matches(
+    function: str, value: Expr, pattern: Expr, what: str, ignore_case: bool, negated: bool
+) -> Expr:
+    """A LIKE or regex match: Arrow takes the pattern as an option, so it must be a literal.
+    A NULL pattern matches as NULL, whatever the value."""
+    if not isinstance(pattern, Literal) or not (
+        pa.types.is_string(pattern.value.type) or pa.types.is_large_string(pattern.value.type)
+    ):
+        raise InvalidArgument(f"the pattern of {what} must be a string literal, got {pattern}")
+    if not pattern.value.is_valid:
+        return _NULL_BOOL
+    options = pc.MatchSubstringOptions(pattern.value.as_py(), ignore_case=ignore_case)
+    return _negated(Call(function, (value,), options), negated)
+
+
+def _cast(value: Expr, target: pa.DataType) -> Expr:
+    options = pc.CastOptions.safe(target)
+    options.allow_float_truncate = True  # arrow-rs truncates a float cast to an integer
+    return Call("cast", (value,), options)
+
+
+def _negated(expr: Expr, negated: bool) -> Expr:
+    return Call("invert", (expr,)) if negated else expr
+
+
+__all__ = ["predicate_from_datafusion"]
