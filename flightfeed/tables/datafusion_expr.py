@@ -6,7 +6,7 @@ worker must therefore evaluate every predicate with DataFusion's meaning or refu
 ignoring one would return wrong rows. What a SQL filter on a table becomes after DataFusion's
 analyzer is translated here: columns, literals, AND/OR/NOT, comparisons, IS [NOT] NULL,
 IS [NOT] TRUE/FALSE/UNKNOWN, [NOT] BETWEEN, [NOT] IN, [NOT] [I]LIKE, regex matches, + - * /,
-unary minus, bitwise and/or/xor, string concatenation and casts. Anything else (CASE, scalar
+unary minus, bitwise and/or/xor, string concatenation, CASE and casts. Anything else (scalar
 functions and UDFs, modulo, shifts, TRY_CAST, ...) is an InvalidArgument naming it.
 
 SQL's three-valued logic is kept: AND and OR are Kleene, and `x IN (...)` is NULL when x is
@@ -33,6 +33,7 @@ from .._generated.datafusion import (
     AliasNode,
     BetweenNode,
     BinaryExprNode,
+    CaseNode,
     CastNode,
     InListNode,
     LikeNode,
@@ -118,6 +119,8 @@ def _translate(node: LogicalExprNode | None, *, filtering: bool, depth: int) -> 
         return _in_list(value, inner, filtering=filtering)
     if isinstance(value, LikeNode):
         return _like(value, inner, ignore_case=member == "ilike")
+    if isinstance(value, CaseNode):
+        return _case(value, inner)
     if isinstance(value, CastNode):
         return _cast(inner(value.expr), arrow_type(value.arrow_type))
     unary = _UNARY.get(member)
@@ -275,6 +278,25 @@ def _matches(
         return _NULL_BOOL
     options = pc.MatchSubstringOptions(pattern.value.as_py(), ignore_case=ignore_case)
     return _negated(Call(function, (value,), options), negated)
+
+
+def _case(node: CaseNode, inner: Translate) -> Expr:
+    """Arrow's case_when: the value of the first condition that is true (NULL is not), else the
+    ELSE value, else NULL. `CASE x WHEN a` tests `x = a`, which is never true for a NULL."""
+    branches = node.when_then_expr
+    if not branches:
+        raise InvalidArgument("a DataFusion CASE has no WHEN")
+    subject = None if node.expr is None else inner(node.expr)
+    conditions: list[Expr] = []
+    values: list[Expr] = []
+    for branch in branches:
+        when = inner(branch.when_expr)
+        conditions.append(when if subject is None else Call("equal", (subject, when)))
+        values.append(inner(branch.then_expr))
+    if node.else_expr is not None:
+        values.append(inner(node.else_expr))
+    names = pc.MakeStructOptions([str(i) for i in range(len(conditions))])
+    return Call("case_when", (Call("make_struct", tuple(conditions), names), *values))
 
 
 def _cast(value: Expr, target: pa.DataType) -> Expr:

@@ -8,6 +8,7 @@ __all__ = (
     "ArrowType",
     "BetweenNode",
     "BinaryExprNode",
+    "CaseNode",
     "CastNode",
     "Column",
     "ColumnRelation",
@@ -38,6 +39,7 @@ __all__ = (
     "ScalarValue",
     "TimeUnit",
     "Timestamp",
+    "WhenThen",
 )
 
 from dataclasses import dataclass
@@ -244,6 +246,26 @@ class BinaryExprNode(betterproto2.Message):
 
 
 default_message_pool.register_message("datafusion", "BinaryExprNode", BinaryExprNode)
+
+
+@dataclass(eq=False, repr=False)
+class CaseNode(betterproto2.Message):
+    """
+    CASE [expr] WHEN .. THEN .. [ELSE ..] END; with `expr`, each WHEN is a value it must equal.
+    """
+
+    expr: "LogicalExprNode | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    when_then_expr: "list[WhenThen]" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    else_expr: "LogicalExprNode | None" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message("datafusion", "CaseNode", CaseNode)
 
 
 @dataclass(eq=False, repr=False)
@@ -465,8 +487,8 @@ class LogicalExprNode(betterproto2.Message):
         9, betterproto2.TYPE_MESSAGE, optional=True, group="ExprType"
     )
 
-    case_: "bytes | None" = betterproto2.field(
-        10, betterproto2.TYPE_BYTES, optional=True, group="ExprType"
+    case_: "CaseNode | None" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, optional=True, group="ExprType"
     )
 
     cast: "CastNode | None" = betterproto2.field(
@@ -865,3 +887,17 @@ class Timestamp(betterproto2.Message):
 
 
 default_message_pool.register_message("datafusion", "Timestamp", Timestamp)
+
+
+@dataclass(eq=False, repr=False)
+class WhenThen(betterproto2.Message):
+    when_expr: "LogicalExprNode | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    then_expr: "LogicalExprNode | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message("datafusion", "WhenThen", WhenThen)

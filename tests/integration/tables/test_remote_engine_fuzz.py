@@ -19,6 +19,7 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
+from datafusion import SessionContext
 from helpers.contiguous_rows import contiguous_rows
 from helpers.cpu_table import CPU_ROWS, CPU_SCHEMA
 from helpers.message_strategies import live_fuzz_settings, mutated
@@ -71,6 +72,12 @@ def valid_requests(seed: SeedProtos) -> dict[str, tuple[str, bytes, Any, bool]]:
         table=table,
         read_request=pb.TableReadRequest(request_id="fuzz", predicate=predicate),
     )
+    horaedb_filtered = pb.ReadRequest(
+        table=table,
+        read_request=pb.TableReadRequest(
+            request_id="fuzz", predicate=pb.Predicate(exprs=horaedb_predicates())
+        ),
+    )
     return {
         "Write": ("Write", write.SerializeToString(), pb.WriteResponse, False),
         "Write of contiguous rows": (
@@ -87,6 +94,12 @@ def valid_requests(seed: SeedProtos) -> dict[str, tuple[str, bytes, Any, bool]]:
         ),
         "Read": ("Read", read.SerializeToString(), pb.ReadResponse, True),
         "Read with a predicate": ("Read", filtered.SerializeToString(), pb.ReadResponse, True),
+        "Read with HoraeDB's predicates": (
+            "Read",
+            horaedb_filtered.SerializeToString(),
+            pb.ReadResponse,
+            True,
+        ),
         "GetTableInfo": (
             "GetTableInfo",
             pb.GetTableInfoRequest(table=table).SerializeToString(),
@@ -94,6 +107,20 @@ def valid_requests(seed: SeedProtos) -> dict[str, tuple[str, bytes, Any, bool]]:
             False,
         ),
     }
+
+
+def horaedb_predicates() -> list[bytes]:
+    """A filter as HoraeDB sends it: DataFusion's plan of it, encoded by DataFusion."""
+    ctx = SessionContext()
+    ctx.register_record_batches("cpu", [[CPU_ROWS]])
+    where = (
+        "host IN ('a', 'b', 'c', 'd', NULL) AND (v BETWEEN 0.5 AND 2 OR host LIKE 'b%')"
+        " AND CASE WHEN v IS NULL THEN ts > TIMESTAMP '1970-01-01 00:00:01' ELSE NOT v < 0 END"
+    )
+    plan = ctx.sql(f"SELECT * FROM cpu WHERE {where}").optimized_logical_plan()
+    while type(plan.to_variant()).__name__ != "Filter":
+        (plan,) = plan.inputs()
+    return [plan.to_variant().predicate().to_bytes()]
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from datafusion import SessionContext
 from helpers.contiguous_rows import contiguous_rows
 from helpers.seed_protos import SERVICE, SeedProtos, seed_protos
 
@@ -190,7 +191,7 @@ class Client:
         *,
         projection: Sequence[int] | None = None,
         table_schema: Any = None,
-        predicates: Sequence[Expr] = (),
+        predicates: Sequence[Expr | bytes] = (),
         time_range: tuple[int, int] | None = None,
         order: str = "None",
         batch_size: int = 0,
@@ -198,7 +199,8 @@ class Client:
         timeout_ms: int = -1,
     ) -> Any:
         pb, schema_pb2 = self.pb, self.seed.schema_pb2
-        predicate = pb.Predicate(exprs=[encode_expr(e) for e in predicates])
+        exprs = [e if isinstance(e, bytes) else encode_expr(e) for e in predicates]
+        predicate = pb.Predicate(exprs=exprs)
         if time_range is not None:
             start, end = time_range
             predicate.time_range.CopyFrom(self.seed.time_range_pb2.TimeRange(start=start, end=end))
@@ -616,6 +618,52 @@ def predicate_mask(predicate: Expr, v: pa.ChunkedArray) -> pa.ChunkedArray:
     assert isinstance(literal, Literal)
     mask: pa.ChunkedArray = pc.call_function(predicate.function, [v, literal.value])
     return pc.fill_null(mask, False)
+
+
+def datafusion_filter(rows: pa.Table, where: str) -> tuple[list[bytes], pa.Table]:
+    """The predicates a HoraeDB node sends for `where` on table cpu (DataFusion's plan of it,
+    each filter as DataFusion encodes it) and the rows DataFusion itself returns, by ts."""
+    ctx = SessionContext()
+    ctx.register_record_batches("cpu", [rows.to_batches()])
+    frame = ctx.sql(f"SELECT * FROM cpu WHERE {where} ORDER BY ts")
+    plan = frame.optimized_logical_plan()
+    predicates = []
+    while plan.inputs():
+        variant = plan.to_variant()
+        if type(variant).__name__ == "Filter":
+            predicates.append(variant.predicate().to_bytes())
+        (plan,) = plan.inputs()
+    return predicates, frame.to_arrow_table()
+
+
+async def test_a_read_filtered_as_a_horaedb_node_filters_it(cpu: tuple[Worker, Client]) -> None:
+    """HoraeDB sends its pushed-down filters as DataFusion expressions and does not filter the
+    rows again: the worker returns exactly what DataFusion would."""
+    _, client = cpu
+    await client.write_ok("cpu", SAMPLE)
+    where = (
+        "host = 'a' AND (v > 1.0 OR n IN (3, 5, 8, 9, NULL))"
+        " AND ts >= TIMESTAMP '1970-01-01 00:00:01.500'"
+    )
+    predicates, expected = datafusion_filter(SAMPLE, where)
+    assert predicates
+    assert expected.num_rows == 3  # 2000 (n 3), 3999 (1.5), 5000 (4.0)
+    _, got = await client.read("cpu", predicates=predicates, order="Asc")
+    assert_tables_equal(got, expected.cast(CPU))
+
+
+async def test_a_horaedb_filter_the_worker_cannot_evaluate_is_a_bad_request(
+    cpu: tuple[Worker, Client],
+) -> None:
+    """Never skipped: HoraeDB would return every row as if it had been filtered."""
+    _, client = cpu
+    await client.write_ok("cpu", SAMPLE)
+    predicates, _ = datafusion_filter(SAMPLE, "abs(n) = 2")
+    (response,) = await client.read_responses("cpu", predicates=predicates)
+    assert response.header.code == BAD_REQUEST
+    assert response.header.error == (
+        "Read failed: predicate 0: DataFusion function 'abs' is not supported in a predicate here"
+    )
 
 
 async def test_a_read_of_a_missing_table_is_one_not_found_response(
