@@ -1,9 +1,11 @@
 """Functions whose output can dwarf their input, sized before they run.
 
 `binary_repeat` turns a few bytes of plan into a gigabyte value, and the padding functions do
-the same through their options. Each is sized here from its arguments (Arrow C++ kernels, no
-per-row Python) and refused when the output would not fit in the task's memory budget.
-Functions missing from this table produce output of about their input's size.
+the same through their options; a function that writes a scalar into every row (a join with a
+literal, coalesce, if_else, case_when) turns a large literal into that many copies. Each is
+sized here from its arguments (Arrow C++ kernels, no per-row Python) and refused when the
+output would not fit in the task's memory budget. Functions missing from this table produce
+output of about their input's size.
 """
 
 from __future__ import annotations
@@ -53,6 +55,17 @@ def _replace_bytes(args: Sequence[Any], options: Any, length: int) -> float:
     return _total(sizes, length) * (1 + replacement) + 2.0 * replacement * length
 
 
+def _broadcast_bytes(args: Sequence[Any], options: Any, length: int) -> float:
+    """Every argument's bytes, a scalar's once per row: a bound for what the output holds."""
+    total = 0.0
+    for arg in args:
+        if isinstance(arg, pa.Scalar):
+            total += float(pa.repeat(arg, 1).nbytes) * length
+        else:
+            total += float(arg.nbytes)
+    return total
+
+
 _SIZERS: dict[str, Callable[[Sequence[Any], Any, int], float]] = {
     "binary_repeat": _repeat_bytes,
     "ascii_center": _pad_bytes,
@@ -64,6 +77,11 @@ _SIZERS: dict[str, Callable[[Sequence[Any], Any, int], float]] = {
     "utf8_zero_fill": _pad_bytes,
     "replace_substring": _replace_bytes,
     "replace_substring_regex": _replace_bytes,
+    "binary_join_element_wise": _broadcast_bytes,
+    "coalesce": _broadcast_bytes,
+    "if_else": _broadcast_bytes,
+    "case_when": _broadcast_bytes,
+    "choose": _broadcast_bytes,
 }
 
 

@@ -96,6 +96,9 @@ _TIME_TYPES: Final = {
     "time64_nanosecond_value": pa.time64("ns"),
 }
 DECIMAL128_BYTES: Final = 16
+MAX_FIXED_WIDTH: Final = 4096
+"""Widest fixed_size_binary a predicate may name: a cast of a null column to one, or a NULL of
+it repeated over a batch, allocates its width for every row (HoraeDB has no such columns)."""
 
 
 def arrow_type(message: ArrowType | None) -> pa.DataType:
@@ -107,8 +110,10 @@ def arrow_type(message: ArrowType | None) -> pa.DataType:
     if simple is not None:
         return simple
     if member == "fixed_size_binary" and isinstance(value, int):
-        if value <= 0:
-            raise InvalidArgument(f"fixed_size_binary of width {value}: a width is positive")
+        if not 0 < value <= MAX_FIXED_WIDTH:
+            raise InvalidArgument(
+                f"fixed_size_binary of width {value}: a width is 1 to {MAX_FIXED_WIDTH}"
+            )
         return pa.binary(value)
     if member == "duration":
         return pa.duration(_unit(value))
@@ -156,10 +161,10 @@ def scalar(message: ScalarValue | None) -> pa.Scalar:
     if member == "decimal128_value" and isinstance(value, Decimal128):
         return _decimal(value)
     if member == "fixed_size_binary_value" and isinstance(value, ScalarFixedSizeBinary):
-        if value.length != len(value.values):
+        if value.length != len(value.values) or value.length > MAX_FIXED_WIDTH:
             raise InvalidArgument(
                 f"a fixed_size_binary literal of width {value.length} holds"
-                f" {len(value.values)} bytes"
+                f" {len(value.values)} bytes (at most {MAX_FIXED_WIDTH})"
             )
         return _checked(lambda: pa.scalar(value.values, pa.binary(value.length)), member)
     if member == "dictionary_value" and value is not None:

@@ -24,7 +24,7 @@ from ..concurrency import read_ahead
 from ..errors import InvalidArgument
 from ..plan.base import closing
 from ..plan.expr import Expr, evaluate
-from ..plan.functions import BUILTINS
+from ..plan.functions import BuiltinFunctions
 from ..plan.merge import merge
 from .options import TableOptions
 from .predicate import split_predicates
@@ -33,6 +33,19 @@ from .store import Order, ScanSpec, TableEntry, TableName, TableStore
 
 T = TypeVar("T")
 MAX_BATCH_ROWS: Final = 1 << 20
+PREDICATE_BUDGET_BYTES: Final = 256 << 20
+"""What one read predicate may make of one batch through a function that can dwarf its input
+(`binary_repeat`, padding, a large literal written into every row: plan/expansion.py): a read
+runs in no task, so this is its memory budget. Over it the read is RESOURCE_EXHAUSTED."""
+
+
+class _ReadFunctions(BuiltinFunctions):
+    """The functions a read's predicates call: Arrow's, within PREDICATE_BUDGET_BYTES."""
+
+    memory_budget_bytes: int | None = PREDICATE_BUDGET_BYTES
+
+
+_READ_FUNCTIONS: Final = _ReadFunctions()
 DEFAULT_BATCH_ROWS: Final = 65_536
 MAX_READ_PARALLELISM: Final = 16
 SCAN_AHEAD: Final = 2
@@ -181,7 +194,7 @@ class TableEngine:
 
         def finish(batch: pa.RecordBatch) -> pa.RecordBatch:
             for expr in split.remaining:
-                mask = evaluate(expr, batch, BUILTINS)
+                mask = evaluate(expr, batch, _READ_FUNCTIONS)
                 batch = batch.filter(pc.fill_null(mask, False))
             if batch.schema.equals(out_schema):
                 return batch

@@ -11,7 +11,7 @@ from flightfeed.errors import ResourceExhausted
 from flightfeed.plan import MemoryScan, Projection, call, col, lit
 from flightfeed.plan.execution import collect, open_task_context
 from flightfeed.plan.expansion import check_expansion
-from flightfeed.plan.expr import evaluate
+from flightfeed.plan.expr import Expr, evaluate
 from flightfeed.session import SessionStateBuilder
 
 BUDGET = 1 << 20
@@ -62,3 +62,20 @@ async def test_a_task_fails_with_the_function_named() -> None:
     async with open_task_context(session) as ctx:
         with pytest.raises(ResourceExhausted, match="binary_repeat"):
             await collect(plan, ctx)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        call("binary_join_element_wise", col("s"), lit("y" * (1 << 19)), lit("")),
+        call("coalesce", col("s"), lit("z" * (1 << 19))),
+        call("if_else", call("is_null", col("s")), lit("w" * (1 << 19)), col("s")),
+    ],
+    ids=["join", "coalesce", "if_else"],
+)
+def test_a_large_literal_written_into_every_row_counts_every_row(expr: Expr) -> None:
+    """512 KiB of literal, 3 rows: 1.5 MiB over the 1 MiB budget, though the literal fits."""
+    with pytest.raises(ResourceExhausted, match=r"would produce about 15\d{5} bytes"):
+        evaluate(expr, batch, session)
+    one_row = batch.slice(0, 1)
+    assert len(evaluate(expr, one_row, session)) == 1  # 0.5 MiB: within it, as before

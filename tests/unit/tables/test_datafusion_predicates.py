@@ -21,10 +21,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from flightfeed._generated.datafusion import (
+    ArrowType,
     BinaryExprNode,
     Column,
     Decimal128,
     LogicalExprNode,
+    ScalarFixedSizeBinary,
     ScalarValue,
 )
 from flightfeed.errors import InvalidArgument
@@ -276,6 +278,14 @@ def literal(**value: Any) -> LogicalExprNode:
         ),
         ({"decimal128_value": Decimal128(value=bytes(16), p=99, s=0)}, "decimal"),
         ({"interval_daytime_value": 5}, "literal 'interval_daytime_value' is not supported"),
+        (
+            {"fixed_size_binary_value": ScalarFixedSizeBinary(values=bytes(5000), length=5000)},
+            r"holds 5000 bytes \(at most 4096\)",
+        ),
+        (
+            {"null_value": ArrowType(fixed_size_binary=2**31 - 1)},
+            "fixed_size_binary of width 2147483647: a width is 1 to 4096",
+        ),
         ({}, "literal 'none set' is not supported"),
     ],
 )

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from flightfeed.errors import AlreadyExists, InvalidArgument, NotFound
-from flightfeed.plan.expr import call, col, lit
+from flightfeed.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted
+from flightfeed.plan.expr import Expr, call, col, lit
 from flightfeed.tables.engine import MAX_READ_PARALLELISM, TableEngine, TableRead
 from flightfeed.tables.options import TableOptions
 from flightfeed.tables.schema import Column, TableSchema
@@ -231,6 +231,32 @@ async def test_a_bad_read_is_invalid(filled: TableEngine) -> None:
         await read_batches(filled, TableRead(T, predicates=(col("v"),)))
     with pytest.raises(NotFound):
         await read_batches(filled, TableRead(TableName.of("missing")))
+
+
+@pytest.mark.parametrize(
+    "predicate",
+    [
+        # 1,020 rows of ~2 bytes repeated 200,000 times: ~400 MB from a few bytes of request
+        call("equal", call("binary_repeat", col("host"), lit(200_000)), lit("x")),
+        # a 512 KiB literal joined to each of 1,020 rows: ~520 MB
+        call(
+            "equal", call("binary_join_element_wise", col("host"), lit("y" * 2**19), lit("")), "x"
+        ),
+        call("equal", call("coalesce", col("host"), lit("z" * 2**19)), lit("x")),
+    ],
+    ids=["binary_repeat", "join with a large literal", "coalesce with a large literal"],
+)
+async def test_a_predicate_that_would_dwarf_its_batch_is_refused_before_it_runs(
+    filled: TableEngine, predicate: Expr
+) -> None:
+    """A read runs in no task, so its predicates get a budget of their own: the code before
+    evaluated these (hundreds of MB each, a request's batch size and repeat count away from
+    all the worker's memory)."""
+    read = TableRead(T, predicates=(predicate,), batch_size=ROWS + 20)
+    with pytest.raises(
+        ResourceExhausted, match=r"would produce about \d+ bytes, over .* 268435456"
+    ):
+        await read_batches(filled, read)
 
 
 # --- the rest of the engine's surface ------------------------------------------------------
