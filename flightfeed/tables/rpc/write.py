@@ -93,13 +93,15 @@ async def write(
         if not requests:
             return WriteResponse(header=OK_HEADER, affected_rows=0)
         decoded = await anyio.to_thread.run_sync(_decode_all, engine, requests, max_decoded_bytes)
-        rows = await engine.write(decoded)
+        await engine.write(decoded)
     except anyio.get_cancelled_exc_class():
         raise
     except Exception as exc:
         header: ResponseHeader = error_header(exc, what)
         return WriteResponse(header=header)
-    return WriteResponse(header=OK_HEADER, affected_rows=rows)
+    # The rows the request carried, as HoraeDB counts them: in OVERWRITE mode a key written
+    # twice is one row stored and two written.
+    return WriteResponse(header=OK_HEADER, affected_rows=sum(rows.num_rows for _, rows in decoded))
 
 
 __all__ = ["MAX_REQUESTS_PER_BATCH", "decode_rows", "write"]

@@ -295,6 +295,19 @@ async def test_write_one_row_group(cpu: tuple[Worker, Client]) -> None:
     assert_tables_equal(sorted_rows(got), sorted_rows(SAMPLE))
 
 
+async def test_an_overwrite_counts_the_rows_written_as_horaedb_does(
+    cpu: tuple[Worker, Client],
+) -> None:
+    """A key written twice in OVERWRITE mode is one row stored, two written: HoraeDB's
+    affected_rows is the rows the request carried (the code before said 7)."""
+    _, client = cpu
+    twice = pa.concat_tables([SAMPLE, SAMPLE])
+    response = await client.write("cpu", twice)
+    assert (response.header.code, response.affected_rows) == (OK, 2 * SAMPLE.num_rows)
+    _, got = await client.read("cpu")
+    assert_tables_equal(sorted_rows(got), sorted_rows(SAMPLE))
+
+
 async def test_a_row_group_of_several_ipc_streams(cpu: tuple[Worker, Client]) -> None:
     _, client = cpu
     rows = pa.Table.from_batches(SAMPLE.to_batches(max_chunksize=2))
