@@ -10,8 +10,10 @@ discovered and processed; the result is checked against the same table run in on
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -97,8 +99,14 @@ def run_pipeline(workers: int = 2) -> PipelineResult:
     console.print("[bold]1. A Spark pipeline over work discovered at runtime[/bold]")
     # py4j logs each gateway connection it closes at INFO, the level `flightfeed` logs at.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # A local session runs on this machine: bound to loopback, Spark does not warn that the
+    # host name resolves to it; its log keeps warnings but not the start-up notices.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log_config = Path(__file__).parent / "spark" / "demo-log4j2.properties"
+    java_options = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log_config}"}
     with console.status("starting a local Spark session (local[2])"):
-        spark = local_session("flightfeed-demo", ctrl_c="plain")  # one line, not tracebacks
+        # ctrl_c: one line, not tracebacks
+        spark = local_session("flightfeed-demo", ctrl_c="plain", **java_options)
     try:
         with serve_in_background(catalog(delay=CHUNK_DELAY), local_workers=workers) as cluster:
             console.print(f"coordinator {cluster.location}, {workers} local workers")
