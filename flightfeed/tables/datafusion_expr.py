@@ -6,8 +6,9 @@ worker must therefore evaluate every predicate with DataFusion's meaning or refu
 ignoring one would return wrong rows. What a SQL filter on a table becomes after DataFusion's
 analyzer is translated here: columns, literals, AND/OR/NOT, comparisons, IS [NOT] NULL,
 IS [NOT] TRUE/FALSE/UNKNOWN, [NOT] BETWEEN, [NOT] IN, [NOT] [I]LIKE, regex matches, + - * /,
-unary minus, bitwise and/or/xor, string concatenation, CASE and casts. Anything else (scalar
-functions and UDFs, modulo, shifts, TRY_CAST, ...) is an InvalidArgument naming it.
+unary minus, bitwise and/or/xor, string concatenation, CASE, casts and the scalar functions
+of datafusion_functions.py. Anything else (other functions, modulo, shifts, TRY_CAST, ...) is
+an InvalidArgument naming it.
 
 SQL's three-valued logic is kept: AND and OR are Kleene, and `x IN (...)` is NULL when x is
 NULL or when x is not found and the list holds a NULL, so NOT of it stays NULL. Where only a
@@ -48,6 +49,7 @@ from ..errors import InvalidArgument
 from ..plan.expr import Call, Column, Expr, Literal
 from ..plan.expr_proto import MAX_EXPR_DEPTH
 from ..plan.protobuf import parse_message
+from .datafusion_functions import DATAFUSION_33_FUNCTIONS, function_call
 from .datafusion_scalar import arrow_type, scalar
 
 _COMPARISONS: Final = {
@@ -123,6 +125,16 @@ def _translate(node: LogicalExprNode | None, *, filtering: bool, depth: int) -> 
         return _case(value, inner)
     if isinstance(value, CastNode):
         return _cast(inner(value.expr), arrow_type(value.arrow_type))
+    if isinstance(value, ScalarFunctionNode):
+        name = DATAFUSION_33_FUNCTIONS.get(value.fun)
+        if name is None:
+            raise InvalidArgument(
+                f"DataFusion's scalar function number {value.fun} (datafusion.ScalarFunction)"
+                " is not supported in a predicate here"
+            )
+        return function_call(name, [inner(arg) for arg in value.args])
+    if isinstance(value, ScalarUdfExprNode):
+        return function_call(value.fun_name, [inner(arg) for arg in value.args])
     unary = _UNARY.get(member)
     if unary is not None:
         return unary(inner(getattr(value, "expr", None)))
@@ -145,10 +157,6 @@ _UNARY: Final[dict[str, Callable[[Expr], Expr]]] = {
 
 
 def _describe(member: str, value: object) -> str:
-    if isinstance(value, ScalarFunctionNode):
-        return f"DataFusion's scalar function number {value.fun} (datafusion.ScalarFunction)"
-    if isinstance(value, ScalarUdfExprNode):
-        return f"DataFusion function {value.fun_name!r}"
     if not member:
         return "a DataFusion expression with no kind set"
     return f"DataFusion expression {member.rstrip('_')!r}"

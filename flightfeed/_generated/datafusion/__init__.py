@@ -630,10 +630,13 @@ default_message_pool.register_message("datafusion", "ScalarFixedSizeBinary", Sca
 @dataclass(eq=False, repr=False)
 class ScalarFunctionNode(betterproto2.Message):
     """
-    `fun` is DataFusion's ScalarFunction enum, kept as its number: none is translated.
+    A built-in function as DataFusion 33 encodes it: `fun` is its ScalarFunction enum, kept as
+    a number (tables/datafusion_functions.py names the ones translated).
     """
 
     fun: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+
+    args: "list[LogicalExprNode]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
 
 
 default_message_pool.register_message("datafusion", "ScalarFunctionNode", ScalarFunctionNode)
@@ -714,7 +717,13 @@ default_message_pool.register_message("datafusion", "ScalarTimestampValue", Scal
 
 @dataclass(eq=False, repr=False)
 class ScalarUdfExprNode(betterproto2.Message):
+    """
+    A function by name: how later DataFusion releases encode every function, built-ins included.
+    """
+
     fun_name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    args: "list[LogicalExprNode]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
 
 
 default_message_pool.register_message("datafusion", "ScalarUDFExprNode", ScalarUdfExprNode)

@@ -671,11 +671,12 @@ async def test_a_horaedb_filter_the_worker_cannot_evaluate_is_a_bad_request(
     """Never skipped: HoraeDB would return every row as if it had been filtered."""
     _, client = cpu
     await client.write_ok("cpu", SAMPLE)
-    predicates, _ = datafusion_filter(SAMPLE, "abs(n) = 2")
+    predicates, _ = datafusion_filter(SAMPLE, "strpos(host, 'b') = 1")
     (response,) = await client.read_responses("cpu", predicates=predicates)
     assert response.header.code == BAD_REQUEST
     assert response.header.error == (
-        "Read failed: predicate 0: DataFusion function 'abs' is not supported in a predicate here"
+        "Read failed: predicate 0:"
+        " DataFusion function 'strpos' is not supported in a predicate here"
     )
 
 

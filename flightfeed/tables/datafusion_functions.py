@@ -1,0 +1,162 @@
+"""DataFusion's scalar functions in a predicate, as Arrow calls with DataFusion's meaning.
+
+DataFusion 33 (what HoraeDB runs) names a built-in by its number in the ScalarFunction enum;
+later releases by name. Only functions whose Arrow counterpart gives the same result are here,
+made to by their options where Arrow's default differs: `round` rounds half away from zero,
+the trims remove spaces (not all whitespace), and `concat` skips NULLs. Every other function is
+refused by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidArgument
+from ..plan.expr import Call, Expr, Literal
+
+DATAFUSION_33_FUNCTIONS: Final = {
+    0: "abs",
+    5: "ceil",
+    9: "floor",
+    14: "round",
+    17: "sqrt",
+    19: "trunc",
+    23: "btrim",
+    24: "character_length",
+    26: "concat",
+    33: "lower",
+    34: "ltrim",
+    36: "nullif",
+    45: "rtrim",
+    51: "starts_with",
+    61: "btrim",  # Trim: SQL's TRIM(x), both ends
+    62: "upper",
+    63: "coalesce",
+}
+"""DataFusion 33's ScalarFunction numbers (datafusion.proto) of the functions translated."""
+
+_NULL_BOOL: Final = Literal(pa.scalar(None, pa.bool_()))
+_FALSE: Final = Literal(pa.scalar(False))
+
+
+def _unary(function: str) -> Callable[[str, Sequence[Expr]], Expr]:
+    def make(name: str, args: Sequence[Expr]) -> Expr:
+        _arity(name, args, 1, 1)
+        return Call(function, (args[0],))
+
+    return make
+
+
+def _round(name: str, args: Sequence[Expr]) -> Expr:
+    _arity(name, args, 1, 2)
+    digits = 0
+    if len(args) == 2:
+        digits = _integer_literal(name, args[1])
+    options = pc.RoundOptions(ndigits=digits, round_mode="half_towards_infinity")
+    return Call("round", (args[0],), options)
+
+
+def _trim(side: str) -> Callable[[str, Sequence[Expr]], Expr]:
+    def make(name: str, args: Sequence[Expr]) -> Expr:
+        _arity(name, args, 1, 2)
+        characters = " " if len(args) == 1 else _string_literal(name, args[1])
+        if characters is None:
+            return Literal(pa.scalar(None, pa.string()))
+        return Call(f"utf8_{side}", (args[0],), pc.TrimOptions(characters))
+
+    return make
+
+
+def _starts_with(name: str, args: Sequence[Expr]) -> Expr:
+    _arity(name, args, 2, 2)
+    prefix = _string_literal(name, args[1])
+    if prefix is None:
+        return _NULL_BOOL
+    return Call("starts_with", (args[0],), pc.MatchSubstringOptions(prefix))
+
+
+def _coalesce(name: str, args: Sequence[Expr]) -> Expr:
+    _arity(name, args, 1, None)
+    return Call("coalesce", tuple(args))
+
+
+def _nullif(name: str, args: Sequence[Expr]) -> Expr:
+    """NULL where a = b, else a (a NULL comparison keeps a)."""
+    _arity(name, args, 2, 2)
+    value, other = args
+    equal = Call("coalesce", (Call("equal", (value, other)), _FALSE))
+    return Call("if_else", (equal, Literal(pa.scalar(None)), value))
+
+
+def _concat(name: str, args: Sequence[Expr]) -> Expr:
+    """DataFusion's concat skips NULL arguments (all NULL: an empty string)."""
+    _arity(name, args, 1, None)
+    options = pc.JoinOptions(null_handling="replace", null_replacement="")
+    return Call("binary_join_element_wise", (*args, Literal(pa.scalar(""))), options)
+
+
+_FUNCTIONS: Final[dict[str, Callable[[str, Sequence[Expr]], Expr]]] = {
+    "abs": _unary("abs"),
+    "ceil": _unary("ceil"),
+    "floor": _unary("floor"),
+    "trunc": _unary("trunc"),
+    "sqrt": _unary("sqrt"),
+    "round": _round,
+    "lower": _unary("utf8_lower"),
+    "upper": _unary("utf8_upper"),
+    "character_length": _unary("utf8_length"),
+    "btrim": _trim("trim"),
+    "ltrim": _trim("ltrim"),
+    "rtrim": _trim("rtrim"),
+    "starts_with": _starts_with,
+    "coalesce": _coalesce,
+    "nullif": _nullif,
+    "concat": _concat,
+}
+
+
+def function_call(name: str, args: Sequence[Expr]) -> Expr:
+    """DataFusion's function `name` over translated `args`; InvalidArgument if it is not one
+    translated or its arguments are not what it takes."""
+    make = _FUNCTIONS.get(name)
+    if make is None:
+        raise InvalidArgument(f"DataFusion function {name!r} is not supported in a predicate here")
+    return make(name, args)
+
+
+def _arity(name: str, args: Sequence[Expr], least: int, most: int | None) -> None:
+    if len(args) < least or (most is not None and len(args) > most):
+        wanted = (
+            f"{least}"
+            if least == most
+            else f"{least} or more"
+            if most is None
+            else f"{least}-{most}"
+        )
+        raise InvalidArgument(f"DataFusion's {name} takes {wanted} arguments, got {len(args)}")
+
+
+def _string_literal(name: str, arg: Expr) -> str | None:
+    """A string literal's value (None for NULL): Arrow takes it as an option."""
+    if not isinstance(arg, Literal) or not (
+        pa.types.is_string(arg.value.type) or pa.types.is_large_string(arg.value.type)
+    ):
+        raise InvalidArgument(f"{name}'s second argument must be a string literal, got {arg}")
+    value = arg.value.as_py()
+    return value if value is None else str(value)
+
+
+def _integer_literal(name: str, arg: Expr) -> int:
+    if not isinstance(arg, Literal) or not pa.types.is_integer(arg.value.type):
+        raise InvalidArgument(f"{name}'s digits must be an integer literal, got {arg}")
+    digits = arg.value.as_py()
+    if digits is None or not -38 <= digits <= 38:
+        raise InvalidArgument(f"{name}'s digits must be -38 to 38, got {digits}")
+    return int(digits)
+
+
+__all__ = ["DATAFUSION_33_FUNCTIONS", "function_call"]
