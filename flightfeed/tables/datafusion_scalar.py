@@ -9,10 +9,9 @@ zone or an unsupported type is an InvalidArgument naming it, never a wrong liter
 from __future__ import annotations
 
 import decimal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-import betterproto2
 import pyarrow as pa
 
 from .._generated.datafusion import (
@@ -28,6 +27,7 @@ from .._generated.datafusion import (
     Timestamp,
 )
 from ..errors import InvalidArgument
+from ..protodecode import oneof_member
 
 _UNITS: Final = ("s", "ms", "us", "ns")
 """DataFusion's TimeUnit enum, by number."""
@@ -105,7 +105,7 @@ def arrow_type(message: ArrowType | None) -> pa.DataType:
     """The pyarrow type of a DataFusion ArrowType; InvalidArgument for one not supported."""
     if message is None:
         raise InvalidArgument("a DataFusion type is missing")
-    member, value = betterproto2.which_one_of(message, "arrow_type_enum")
+    member, value = oneof_member(message, "arrow_type_enum")
     simple = _SIMPLE_TYPES.get(member)
     if simple is not None:
         return simple
@@ -138,7 +138,7 @@ def scalar(message: ScalarValue | None) -> pa.Scalar:
     type's range or of a type not supported."""
     if message is None:
         raise InvalidArgument("a DataFusion literal is missing")
-    member, value = betterproto2.which_one_of(message, "value")
+    member, value = oneof_member(message, "value")
     plain = _PLAIN_VALUES.get(member)
     if plain is not None:
         return _checked(lambda: pa.scalar(value, plain), f"{member} {value!r}")
@@ -148,13 +148,13 @@ def scalar(message: ScalarValue | None) -> pa.Scalar:
     if member == "null_value":
         return pa.scalar(None, arrow_type(value))
     if member == "timestamp_value" and isinstance(value, ScalarTimestampValue):
-        unit_member, count = betterproto2.which_one_of(value, "value")
+        unit_member, count = oneof_member(value, "value")
         if unit_member not in _TIMESTAMP_UNITS:
             raise InvalidArgument("a DataFusion timestamp literal has no value")
         kind = _timestamp_type(_TIMESTAMP_UNITS[unit_member], value.timezone)
         return _from_integer(count, kind, member)
     if isinstance(value, ScalarTime32Value | ScalarTime64Value):
-        time_member, count = betterproto2.which_one_of(value, "value")
+        time_member, count = oneof_member(value, "value")
         if time_member not in _TIME_TYPES:
             raise InvalidArgument("a DataFusion time literal has no value")
         return _from_integer(count, _TIME_TYPES[time_member], time_member)
@@ -171,6 +171,32 @@ def scalar(message: ScalarValue | None) -> pa.Scalar:
         # A literal cast to a dictionary column's type: its value is what compares.
         return scalar(value.value)
     raise InvalidArgument(f"DataFusion literal {member or 'none set'!r} is not supported here")
+
+
+def plain_values(messages: Sequence[ScalarValue]) -> pa.Array | None:
+    """Literals of one plain type (an IN list's) as one array, made by Arrow in one call, each
+    value checked against the type there; NULLs of that type are kept. None when they differ
+    in type or are not plain: the caller converts them one by one."""
+    kind: pa.DataType | None = None
+    values: list[Any] = []
+    for message in messages:
+        member, value = oneof_member(message, "value")
+        if member == "null_value":
+            values.append(None)
+            continue
+        plain = _PLAIN_VALUES.get(member)
+        if plain is None or (kind is not None and plain != kind):
+            return None
+        kind = plain
+        values.append(value)
+    if kind is None:
+        return None
+    array = _checked(lambda: pa.array(values, kind), f"IN list of {kind}")
+    if array.null_count and any(
+        arrow_type(m.null_value) != kind for m in messages if m.null_value is not None
+    ):
+        return None
+    return array
 
 
 def _unit(value: Any) -> str:
@@ -208,4 +234,4 @@ def _checked(make: Callable[[], Any], what: str) -> Any:
         raise InvalidArgument(f"DataFusion {what} is not a valid Arrow value: {exc}") from None
 
 
-__all__ = ["arrow_type", "scalar"]
+__all__ = ["arrow_type", "plain_values", "scalar"]

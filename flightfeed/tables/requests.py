@@ -68,6 +68,13 @@ def projected_columns(
     return tuple(columns)
 
 
+def predicate_bytes(request: TableReadRequest | None) -> int:
+    """The size of a read's predicates on the wire: what decoding them costs."""
+    if request is None or request.predicate is None:
+        return 0
+    return sum(len(expr) for expr in request.predicate.exprs)
+
+
 def table_read(name: TableName, request: TableReadRequest | None, table: TableSchema) -> TableRead:
     if request is None:
         return TableRead(name)

@@ -9,6 +9,7 @@ batch ends the stream with a response whose header carries it, as HoraeDB does.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
 from typing import Final
 
 import anyio
@@ -16,6 +17,7 @@ import pyarrow as pa
 
 from ..._generated.common import ResponseHeader
 from ..._generated.remote_engine import ReadRequest, ReadResponse
+from ...concurrency import off_loop
 from ...flight.codec import EncodedMessage, grpc_message
 from ...flight.ipc import Buffer
 from ...plan.base import closing
@@ -24,7 +26,7 @@ from ...protowire import encode_varint, field_key, len_field_header
 from ..engine import TableEngine, TableRead
 from ..headers import INTERNAL, error_header
 from ..payload import Compressor, ipc_stream_pieces
-from ..requests import deadline_seconds, table_name, table_read
+from ..requests import deadline_seconds, predicate_bytes, table_name, table_read
 
 # ReadResponse { header = 1; arrow = 2 }; ArrowPayload { record_batches = 1; compression = 2 }
 _OK_HEADER_FIELD: Final = len_field_header(1, 0)
@@ -94,7 +96,14 @@ async def serve_read(
     try:
         with anyio.fail_after(deadline_seconds(timeout_ms)):
             name = table_name(request.table)
-            read: TableRead = table_read(name, read_request, engine.entry(name).schema)
+            schema = engine.entry(name).schema
+            # Predicates decode off the loop when large: an IN list of 100,000 values (780 KB)
+            # held the loop 2.4 s.
+            read: TableRead = await off_loop(
+                partial(table_read, name, read_request),
+                schema,
+                nbytes=predicate_bytes(read_request),
+            )
             async with closing(encoded_batches(engine.read(read), compressor)) as messages:
                 async for message in messages:
                     await send(message)
