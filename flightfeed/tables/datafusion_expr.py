@@ -15,10 +15,10 @@ NULL or when x is not found and the list holds a NULL, so NOT of it stays NULL. 
 filter's outcome matters (a predicate itself, or an AND/OR in one), NULL and false drop a row
 alike, and IN becomes a plain set lookup the scan can push into DuckDB.
 
-Two semantics are Arrow's rather than DataFusion's: floats compare by IEEE (a NaN row passes
-no comparison but `<>`; arrow-rs orders NaN above every number and equal to itself), and casts
-are Arrow C++'s checked casts (a float cast to an integer truncates, as in arrow-rs; a value
-out of range is an error). Integer arithmetic wraps on overflow in both.
+Float comparisons order NaN as DataFusion does, above every number and equal to itself
+(datafusion_floats.py). Casts are Arrow C++'s checked casts (a float cast to an integer
+truncates, as in arrow-rs; a value out of range is an error). Integer arithmetic wraps on
+overflow in both.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from ..plan.expr import Call, Column, Expr, Literal
 from ..plan.expr_proto import MAX_EXPR_DEPTH
 from ..plan.protobuf import parse_message
 from ..protodecode import oneof_member
+from .datafusion_floats import FloatOrder
 from .datafusion_functions import DATAFUSION_33_FUNCTIONS, function_call
 from .datafusion_scalar import arrow_type, plain_values, scalar
 
@@ -87,14 +88,17 @@ _LIKE_ESCAPES: Final = ("", "\\")
 Arrow's match_like escapes with `\\`."""
 
 
-def predicate_from_datafusion(data: bytes) -> Expr:
-    """A predicate from untrusted LogicalExprNode bytes; InvalidArgument naming what is
+def predicate_from_datafusion(data: bytes, schema: pa.Schema | None = None) -> Expr:
+    """A predicate from untrusted LogicalExprNode bytes over a table of `schema` (its float
+    comparisons take DataFusion's order: datafusion_floats.py); InvalidArgument naming what is
     malformed or not supported."""
     node = parse_message(LogicalExprNode, data, "DataFusion expression")
-    return _translate(node, filtering=True, depth=0)
+    return _translate(node, filtering=True, depth=0, order=FloatOrder(schema))
 
 
-def _translate(node: LogicalExprNode | None, *, filtering: bool, depth: int) -> Expr:
+def _translate(
+    node: LogicalExprNode | None, *, filtering: bool, depth: int, order: FloatOrder
+) -> Expr:
     """`filtering`: only whether the value is true matters (NULL may become false)."""
     if node is None:
         raise InvalidArgument("a DataFusion expression is missing an operand")
@@ -103,7 +107,9 @@ def _translate(node: LogicalExprNode | None, *, filtering: bool, depth: int) -> 
     member, value = oneof_member(node, "ExprType")
 
     def inner(child: LogicalExprNode | None, keep_filtering: bool = False) -> Expr:
-        return _translate(child, filtering=filtering and keep_filtering, depth=depth + 1)
+        return _translate(
+            child, filtering=filtering and keep_filtering, depth=depth + 1, order=order
+        )
 
     if isinstance(value, ColumnNode):
         if not value.name:
@@ -114,15 +120,15 @@ def _translate(node: LogicalExprNode | None, *, filtering: bool, depth: int) -> 
     if isinstance(value, AliasNode):
         return inner(value.expr, keep_filtering=True)
     if isinstance(value, BinaryExprNode):
-        return _binary(value, inner)
+        return _binary(value, inner, order)
     if isinstance(value, BetweenNode):
-        return _between(value, inner)
+        return _between(value, inner, order)
     if isinstance(value, InListNode):
-        return _in_list(value, inner, filtering=filtering)
+        return _in_list(value, inner, order, filtering=filtering)
     if isinstance(value, LikeNode):
         return _like(value, inner, ignore_case=member == "ilike")
     if isinstance(value, CaseNode):
-        return _case(value, inner)
+        return _case(value, inner, order)
     if isinstance(value, CastNode):
         return _cast(inner(value.expr), arrow_type(value.arrow_type))
     if isinstance(value, ScalarFunctionNode):
@@ -165,7 +171,7 @@ def _describe(member: str, value: object) -> str:
 Translate = Callable[..., Expr]
 
 
-def _binary(node: BinaryExprNode, inner: Translate) -> Expr:
+def _binary(node: BinaryExprNode, inner: Translate, order: FloatOrder) -> Expr:
     """DataFusion flattens a left-deep chain of one operator into one node; an associative
     AND/OR chain becomes a balanced tree (a 10,000-term AND stays 14 deep), the others are
     folded left as DataFusion evaluates them."""
@@ -176,24 +182,24 @@ def _binary(node: BinaryExprNode, inner: Translate) -> Expr:
         return _balanced(_KLEENE[op], [inner(o, keep_filtering=True) for o in operands])
     if len(operands) > MAX_EXPR_DEPTH:
         raise InvalidArgument(f"a chain of {len(operands)} {op!r} is deeper than {MAX_EXPR_DEPTH}")
-    combine = _binary_operator(op)
+    combine = _binary_operator(op, order)
     result = inner(operands[0])
     for operand in operands[1:]:
         result = combine(result, inner(operand))
     return result
 
 
-def _binary_operator(op: str) -> Callable[[Expr, Expr], Expr]:
+def _binary_operator(op: str, order: FloatOrder) -> Callable[[Expr, Expr], Expr]:
     if op in _COMPARISONS:
         function = _COMPARISONS[op]
-        return lambda left, right: Call(function, (left, right))
+        return lambda left, right: order.compare(function, left, right)
     if op in _ARITHMETIC:
         arithmetic = _ARITHMETIC[op]
         return lambda left, right: Call(arithmetic, (left, right))
     if op == "IsNotDistinctFrom":
-        return _not_distinct
+        return lambda left, right: _not_distinct(left, right, order)
     if op == "IsDistinctFrom":
-        return lambda left, right: Call("invert", (_not_distinct(left, right),))
+        return lambda left, right: Call("invert", (_not_distinct(left, right, order),))
     if op == "StringConcat":
         return lambda left, right: Call("binary_join_element_wise", (left, right, _EMPTY))
     if op in _REGEX:
@@ -207,10 +213,10 @@ def _binary_operator(op: str) -> Callable[[Expr, Expr], Expr]:
 _EMPTY: Final = Literal(pa.scalar(""))
 
 
-def _not_distinct(left: Expr, right: Expr) -> Expr:
+def _not_distinct(left: Expr, right: Expr, order: FloatOrder) -> Expr:
     """Equal, with NULL equal to NULL and unequal to any value: never NULL."""
     both_null = Call("and", (Call("is_null", (left,)), Call("is_null", (right,))))
-    return Call("coalesce", (Call("equal", (left, right)), both_null))
+    return Call("coalesce", (order.compare("equal", left, right), both_null))
 
 
 def _balanced(function: str, args: Sequence[Expr]) -> Expr:
@@ -220,18 +226,18 @@ def _balanced(function: str, args: Sequence[Expr]) -> Expr:
     return Call(function, (_balanced(function, args[:middle]), _balanced(function, args[middle:])))
 
 
-def _between(node: BetweenNode, inner: Translate) -> Expr:
+def _between(node: BetweenNode, inner: Translate, order: FloatOrder) -> Expr:
     """`x BETWEEN a AND b` is `x >= a AND x <= b`; NOT BETWEEN is `x < a OR x > b`, its
     Kleene negation."""
     value, low, high = inner(node.expr), inner(node.low), inner(node.high)
     if node.negated:
-        return Call("or_kleene", (Call("less", (value, low)), Call("greater", (value, high))))
-    return Call(
-        "and_kleene", (Call("greater_equal", (value, low)), Call("less_equal", (value, high)))
-    )
+        below, above = order.compare("less", value, low), order.compare("greater", value, high)
+        return Call("or_kleene", (below, above))
+    from_low = order.compare("greater_equal", value, low)
+    return Call("and_kleene", (from_low, order.compare("less_equal", value, high)))
 
 
-def _in_list(node: InListNode, inner: Translate, *, filtering: bool) -> Expr:
+def _in_list(node: InListNode, inner: Translate, order: FloatOrder, *, filtering: bool) -> Expr:
     value = inner(node.expr)
     literals = [item.literal for item in node.list]
     if literals and all(literal is not None for literal in literals):
@@ -240,11 +246,12 @@ def _in_list(node: InListNode, inner: Translate, *, filtering: bool) -> Expr:
         array = plain_values([literal for literal in literals if literal is not None])
         if array is not None:
             holds_null = array.null_count > 0
-            return _value_set(value, array.drop_null(), holds_null, node.negated, filtering)
+            present = array.drop_null()
+            return _value_set(value, present, holds_null, node.negated, filtering)
     items = [inner(item) for item in node.list]
     if not all(isinstance(item, Literal) for item in items):
         # Computed items: `x IN (a, b)` is `x = a OR x = b` in SQL's logic, NULLs included.
-        found = _balanced("or_kleene", [Call("equal", (value, item)) for item in items])
+        found = _balanced("or_kleene", [order.compare("equal", value, item) for item in items])
         return _negated(found, node.negated) if items else _FALSE
     scalars = [item.value for item in items if isinstance(item, Literal)]
     present = [s for s in scalars if s.is_valid]
@@ -257,12 +264,18 @@ def _in_list(node: InListNode, inner: Translate, *, filtering: bool) -> Expr:
 
 
 def _value_set(
-    value: Expr, present: pa.Array | None, holds_null: bool, negated: bool, filtering: bool
+    value: Expr,
+    present: pa.Array | None,
+    holds_null: bool,
+    negated: bool,
+    filtering: bool,
 ) -> Expr:
     """`value [NOT] IN` the `present` values (and NULL if `holds_null`) in SQL's logic: NULL
     when value is NULL, or when it is not found and the list holds a NULL. Where only a
     filter's outcome matters, NULL and false alike drop the row, and a positive IN is a plain
-    set lookup (DuckDB's scan takes it)."""
+    set lookup (DuckDB's scan takes it). Arrow's lookup of floats is DataFusion's: NaN finds
+    NaN, and -0.0 does not find 0.0 (DataFusion's `=` finds it, and so does the OR its
+    optimizer makes of a list of three or fewer)."""
     lookup: Expr = _FALSE
     if present is not None and len(present):
         lookup = Call("is_in", (value,), pc.SetLookupOptions(present))
@@ -303,7 +316,7 @@ def _matches(
     return _negated(Call(function, (value,), options), negated)
 
 
-def _case(node: CaseNode, inner: Translate) -> Expr:
+def _case(node: CaseNode, inner: Translate, order: FloatOrder) -> Expr:
     """Arrow's case_when: the value of the first condition that is true (NULL is not), else the
     ELSE value, else NULL. `CASE x WHEN a` tests `x = a`, which is never true for a NULL."""
     branches = node.when_then_expr
@@ -314,7 +327,7 @@ def _case(node: CaseNode, inner: Translate) -> Expr:
     values: list[Expr] = []
     for branch in branches:
         when = inner(branch.when_expr)
-        conditions.append(when if subject is None else Call("equal", (subject, when)))
+        conditions.append(when if subject is None else order.compare("equal", subject, when))
         values.append(inner(branch.then_expr))
     if node.else_expr is not None:
         values.append(inner(node.else_expr))

@@ -1,13 +1,13 @@
 """A read's predicates, split between DuckDB and Arrow.
 
 Conjuncts DuckDB evaluates exactly as Arrow would go into the scan's WHERE (its zone maps skip
-what they rule out): comparisons of a column with a literal, NOT of one, IS [NOT] NULL, IN of
-a value set, and Kleene AND/OR of those. NaN is where the engines differ (DuckDB orders it
-above every number and equal to itself, Arrow compares it false): float comparisons are
-written so both agree, and one with a NaN literal stays with Arrow. Everything else (other
-functions, non-Kleene `or`, whose NULL handling differs from SQL's) is evaluated on the scanned
-batches by pyarrow.compute, so every predicate is honoured wherever it runs. Literals travel as
-bound parameters, never as SQL text.
+what they rule out): comparisons of a column with a literal, NOT of one, IS [NOT] NULL, is_nan
+of a float column, IN of a value set, and Kleene AND/OR of those. NaN is where the engines
+differ (DuckDB orders it above every number and equal to itself, Arrow compares it false):
+float comparisons are written so both agree, and one with a NaN literal stays with Arrow.
+Everything else (other functions, non-Kleene `or`, whose NULL handling differs from SQL's) is
+evaluated on the scanned batches by pyarrow.compute, so every predicate is honoured wherever
+it runs. Literals travel as bound parameters, never as SQL text.
 """
 
 from __future__ import annotations
@@ -91,6 +91,11 @@ def _to_sql(expr: Expr, schema: pa.Schema) -> SqlPredicate | None:
         if column is None:
             return None
         return SqlPredicate(f"{column} IS {'NOT ' if name == 'is_valid' else ''}NULL")
+    if name == "is_nan" and len(args) == 1 and isinstance(args[0], Column):
+        column = _column(args[0], schema)
+        if column is None or not pa.types.is_floating(schema.field(args[0].name).type):
+            return None
+        return SqlPredicate(f"isnan({column})")  # NULL for NULL, as Arrow's
     if name == "invert" and len(args) == 1:
         inner = args[0]
         if isinstance(inner, Call) and inner.function in _COMPARISONS:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Final
 
+import pyarrow as pa
+
 from .._generated.remote_engine import (
     ReadOrder,
     TableIdentifier,
@@ -92,7 +94,7 @@ def table_read(name: TableName, request: TableReadRequest | None, table: TableSc
     return TableRead(
         name,
         columns=projected_columns(request.projected_schema, table),
-        predicates=tuple(_predicate(bytes(e), i) for i, e in enumerate(exprs)),
+        predicates=tuple(_predicate(bytes(e), i, table.arrow) for i, e in enumerate(exprs)),
         time_range=time_range,
         order=order,
         batch_size=(options.batch_size if options and options.batch_size else DEFAULT_BATCH_ROWS),
@@ -100,18 +102,18 @@ def table_read(name: TableName, request: TableReadRequest | None, table: TableSc
     ).checked()
 
 
-def decode_predicate(data: bytes) -> Expr:
+def decode_predicate(data: bytes, schema: pa.Schema | None = None) -> Expr:
     """A predicate as flightfeed's clients send it (a flightfeed.v1.Expr) or as HoraeDB does
     (DataFusion's LogicalExprNode). The two share field numbers 1-3, and a column (1) means
     the same in both; bytes that are not a valid flightfeed expression are tried as
     DataFusion's."""
     if _first_field(data) > _FLIGHTFEED_EXPR_FIELDS:
-        return predicate_from_datafusion(data)
+        return predicate_from_datafusion(data, schema)
     try:
         return decode_expr(data)
     except PlanDecodeError as ours:
         try:
-            return predicate_from_datafusion(data)
+            return predicate_from_datafusion(data, schema)
         except InvalidArgument as theirs:
             raise InvalidArgument(
                 f"neither a flightfeed.v1.Expr ({ours.message}) nor a DataFusion expression"
@@ -119,9 +121,9 @@ def decode_predicate(data: bytes) -> Expr:
             ) from None
 
 
-def _predicate(data: bytes, index: int) -> Expr:
+def _predicate(data: bytes, index: int, schema: pa.Schema) -> Expr:
     try:
-        return decode_predicate(data)
+        return decode_predicate(data, schema)
     except InvalidArgument as exc:
         raise type(exc)(f"predicate {index}: {exc.message}") from None
 
@@ -134,4 +136,11 @@ def _first_field(data: bytes) -> int:
     return key >> 3
 
 
-__all__ = ["decode_predicate", "deadline_seconds", "projected_columns", "table_name", "table_read"]
+__all__ = [
+    "decode_predicate",
+    "deadline_seconds",
+    "predicate_bytes",
+    "projected_columns",
+    "table_name",
+    "table_read",
+]

@@ -54,7 +54,7 @@ ROWS: Final = pa.table(
         "ts": pa.array([1000, 1999, 2000, 3000, 3999, 4000, 5000, 6000], pa.timestamp("ms")),
         "host": ["a", "b", "ab", "b", "Abc", "a_c", "a%c", "c"],
         "region": ["east", None, "west", "east", None, "north", " west ", "East"],
-        "v": [1.0, 2.0, None, 3.5, 1.5, -0.5, 4.0, 2.0],
+        "v": [1.0, 2.0, None, 3.5, float("nan"), -0.5, -0.0, 0.0],
         "n": pa.array([1, 2, 3, None, 5, -6, 7, 2], pa.int32()),
         "u": pa.array([1, 2, 3, 4, 5, 6, 7, 18446744073709551615], pa.uint64()),
         "ok": [True, None, False, True, None, False, True, True],
@@ -98,7 +98,7 @@ async def flightfeed_ids(store: TableStore, predicates: list[bytes]) -> list[int
     name = TableName.of(f"cpu_{next(_NAMES)}")
     await engine.create(name, SCHEMA, {"update_mode": "APPEND"})
     await engine.write([(name, ROWS)])
-    read = TableRead(name, predicates=tuple(decode_predicate(p) for p in predicates))
+    read = TableRead(name, predicates=tuple(decode_predicate(p, SCHEMA.arrow) for p in predicates))
     return sorted(
         i for batch in [b async for b in engine.read(read)] for i in batch["id"].to_pylist()
     )
@@ -141,7 +141,8 @@ CASES: Final = {
     "in a long list with null": "n IN (1, 3, 5, 7, 9, NULL)",
     "not in a long list with null": "n NOT IN (1, 3, 5, 7, 9, NULL)",
     "not of in with null": "NOT (region IN ('east', 'west', 'x', 'y', NULL))",
-    "in of columns": "n IN (u, 5, v)",
+    "in of columns": "n IN (u, 5)",
+    "in of float columns": "v IN (CAST(n AS DOUBLE), -0.0, 3.5)",
     "in is null": "(n IN (1, 3, 5, 7, 9, NULL)) IS NULL",
     "like": "host LIKE 'a%'",
     "like escaped": "host LIKE 'a\\%c'",
@@ -157,11 +158,25 @@ CASES: Final = {
     "bitwise": "(n & 1) = 1",
     "concat": "host || '-' || region = 'a-east'",
     "cast": "CAST(n AS DOUBLE) > 2.5",
-    "cast of a float": "CAST(v AS INT) = 1",
+    "cast of a float": "CAST(CAST(n AS DOUBLE) / 4 AS INT) = 1",
     "timestamp": "ts >= TIMESTAMP '1970-01-01 00:00:02' AND ts < TIMESTAMP '1970-01-01 00:00:04'",
     "is distinct from": "region IS DISTINCT FROM 'east'",
     "is not distinct from": "n IS NOT DISTINCT FROM NULL",
     "mixed numeric": "n < v",
+    "nan above a number": "v > 0.5",
+    "nan not below one": "v < 10",
+    "nan equal to nan": "v = 'NaN'::double",
+    "nan not equal to nan": "v <> 'NaN'::double",
+    "nan at least nan": "v >= 'NaN'::double",
+    "nothing above nan": "v > 'NaN'::double",
+    "at most nan": "v <= 'NaN'::double",
+    "nan between columns": "v > CAST(n AS DOUBLE)",
+    "nan in a list": "v IN (0.0, 'NaN'::double, 3.5, 7.0)",
+    "zeros in a list": "v IN (-0.0, 8.0, 9.0, 10.0)",
+    "zeros equal": "v = 0.0",
+    "nan between": "v BETWEEN 1 AND 'NaN'::double",
+    "nan not distinct": "v IS NOT DISTINCT FROM 'NaN'::double",
+    "simple case of a float": "CASE v WHEN 'NaN'::double THEN true WHEN 2.0 THEN true END",
     "searched case": "CASE WHEN n > 2 THEN 'x' WHEN ok THEN region END = 'x'",
     "simple case with else": "CASE region WHEN 'east' THEN n WHEN 'west' THEN 0 ELSE -n END < 2",
     "case over nulls": "CASE WHEN region IS NULL THEN ok ELSE NOT ok END",
@@ -295,7 +310,7 @@ def test_what_is_not_translated_is_refused_by_name(datafusion: SessionContext, w
 
 NUMBERS = st.sampled_from(["n", "v", "-n", "n + 1", "v * 2", "CAST(n AS DOUBLE)", "u"])
 STRINGS = st.sampled_from(["host", "region", "host || region"])
-INTS = st.integers(-8, 8).map(str)
+INTS = st.one_of(st.integers(-8, 8).map(str), st.just("'NaN'::double"), st.just("-0.0"))
 WORDS = st.sampled_from(["'a'", "'b'", "'east'", "'west'", "'ab'", "NULL"])
 PATTERNS = st.sampled_from(["'a%'", "'%b'", "'_b%'", "'%'", "'east'", "'%st'"])
 
@@ -348,7 +363,11 @@ def _filters_sql() -> st.SearchStrategy[str]:
 async def test_generated_filters_read_the_rows_datafusion_returns(
     datafusion: SessionContext, store: TableStore, where: str
 ) -> None:
-    predicates, expected = planned(datafusion, where)
+    try:
+        predicates, expected = planned(datafusion, where)
+    except Exception as error:  # DataFusion's own (e.g. NaN in an IN list it made decimal)
+        assume(not str(error).startswith("DataFusion error"))
+        raise
     assume(predicates)  # folded to a constant: DataFusion planned no filter to send
     assert await flightfeed_ids(store, predicates) == expected, where
 

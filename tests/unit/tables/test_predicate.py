@@ -189,6 +189,7 @@ def predicates(nan: bool) -> st.SearchStrategy[Expr]:
         comparison,
         comparison.map(lambda e: call("invert", e)),
         null_tests(nan),
+        st.sampled_from(FLOAT_COLUMNS).map(lambda name: call("is_nan", col(name))),
         set_lookups(nan),
         starts_with(),
         st.just(col("b")),
@@ -481,6 +482,17 @@ def test_null_tests_invert_and_kleene_connectives_are_pushed() -> None:
         SqlPredicate('NOT ("i" > ?)', (1,)),
         SqlPredicate('("s" = ?) OR ("t" IS NULL)', ("a",)),
     )
+
+
+def test_is_nan_of_a_float_column_is_pushed_as_a_nan_ordering_comparison_needs() -> None:
+    """HoraeDB's `v > 0.5` keeps NaN rows (datafusion_floats.py): is_nan OR the comparison,
+    all of it in DuckDB's scan."""
+    nan_or_above = call("or_kleene", call("is_nan", col("f")), call("greater", col("f"), lit(0.5)))
+    pushed, remaining = split(nan_or_above, call("is_nan", call("negate", col("f"))))
+    assert pushed == (
+        SqlPredicate('(isnan("f")) OR (("f" > ?::DOUBLE AND NOT isnan("f")))', (0.5,)),
+    )
+    assert remaining == (call("is_nan", call("negate", col("f"))),)  # not of a column
 
 
 def test_top_level_conjunctions_split_into_conjuncts() -> None:
