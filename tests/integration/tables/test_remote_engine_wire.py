@@ -666,6 +666,20 @@ async def test_a_read_filtered_as_a_horaedb_node_filters_it(cpu: tuple[Worker, C
     assert_tables_equal(got, expected.cast(CPU))
 
 
+async def test_a_horaedb_filter_orders_nan_as_datafusion_does(cpu: tuple[Worker, Client]) -> None:
+    """In HoraeDB `v > 0.5` keeps a NaN row (arrow-rs orders NaN above every number), and a
+    flightfeed expression's Arrow comparison does not (test_a_predicate_treats_nan_as_arrow_does):
+    each predicate keeps the meaning of the engine it comes from."""
+    _, client = cpu
+    rows = cpu_rows([1000, 2000, 3000, 4000], ["a", "b", "c", "d"], [float("nan"), 2.0, None, 0.1])
+    await client.write_ok("cpu", rows)
+    for where, hosts in [("v > 0.5", ["a", "b"]), ("v = 'NaN'::double", ["a"]), ("v < 1", ["d"])]:
+        predicates, expected = datafusion_filter(rows, where)
+        assert expected.column("host").to_pylist() == hosts
+        _, got = await client.read("cpu", predicates=predicates, order="Asc")
+        assert got.column("host").to_pylist() == hosts, where
+
+
 async def test_a_long_horaedb_in_list_keeps_the_loop_free(cpu: tuple[Worker, Client]) -> None:
     """A filter `n IN (...)` of 100,000 values (780 KB) took 2.4 s to decode on the event loop;
     it decodes off it now, under the loop guard around every test."""
