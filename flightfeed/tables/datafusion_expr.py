@@ -138,9 +138,9 @@ def _translate(
                 f"DataFusion's scalar function number {value.fun} (datafusion.ScalarFunction)"
                 " is not supported in a predicate here"
             )
-        return function_call(name, [inner(arg) for arg in value.args])
+        return function_call(name, [inner(arg) for arg in value.args], order.compare)
     if isinstance(value, ScalarUdfExprNode):
-        return function_call(value.fun_name, [inner(arg) for arg in value.args])
+        return function_call(value.fun_name, [inner(arg) for arg in value.args], order.compare)
     unary = _UNARY.get(member)
     if unary is not None:
         return unary(inner(getattr(value, "expr", None)))

@@ -43,15 +43,20 @@ _NULL_BOOL: Final = Literal(pa.scalar(None, pa.bool_()))
 _FALSE: Final = Literal(pa.scalar(False))
 
 
-def _unary(function: str) -> Callable[[str, Sequence[Expr]], Expr]:
-    def make(name: str, args: Sequence[Expr]) -> Expr:
+Compare = Callable[[str, Expr, Expr], Expr]
+"""A comparison as the predicate makes them (floats in DataFusion's order)."""
+Make = Callable[[str, Sequence[Expr], Compare], Expr]
+
+
+def _unary(function: str) -> Make:
+    def make(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
         _arity(name, args, 1, 1)
         return Call(function, (args[0],))
 
     return make
 
 
-def _round(name: str, args: Sequence[Expr]) -> Expr:
+def _round(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
     _arity(name, args, 1, 2)
     digits = 0
     if len(args) == 2:
@@ -60,8 +65,8 @@ def _round(name: str, args: Sequence[Expr]) -> Expr:
     return Call("round", (args[0],), options)
 
 
-def _trim(side: str) -> Callable[[str, Sequence[Expr]], Expr]:
-    def make(name: str, args: Sequence[Expr]) -> Expr:
+def _trim(side: str) -> Make:
+    def make(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
         _arity(name, args, 1, 2)
         characters = " " if len(args) == 1 else _string_literal(name, args[1])
         if characters is None:
@@ -71,7 +76,7 @@ def _trim(side: str) -> Callable[[str, Sequence[Expr]], Expr]:
     return make
 
 
-def _starts_with(name: str, args: Sequence[Expr]) -> Expr:
+def _starts_with(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
     _arity(name, args, 2, 2)
     prefix = _string_literal(name, args[1])
     if prefix is None:
@@ -79,27 +84,27 @@ def _starts_with(name: str, args: Sequence[Expr]) -> Expr:
     return Call("starts_with", (args[0],), pc.MatchSubstringOptions(prefix))
 
 
-def _coalesce(name: str, args: Sequence[Expr]) -> Expr:
+def _coalesce(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
     _arity(name, args, 1, None)
     return Call("coalesce", tuple(args))
 
 
-def _nullif(name: str, args: Sequence[Expr]) -> Expr:
-    """NULL where a = b, else a (a NULL comparison keeps a)."""
+def _nullif(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
+    """NULL where a = b (NaN equal to NaN), else a (a NULL comparison keeps a)."""
     _arity(name, args, 2, 2)
     value, other = args
-    equal = Call("coalesce", (Call("equal", (value, other)), _FALSE))
+    equal = Call("coalesce", (compare("equal", value, other), _FALSE))
     return Call("if_else", (equal, Literal(pa.scalar(None)), value))
 
 
-def _concat(name: str, args: Sequence[Expr]) -> Expr:
+def _concat(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
     """DataFusion's concat skips NULL arguments (all NULL: an empty string)."""
     _arity(name, args, 1, None)
     options = pc.JoinOptions(null_handling="replace", null_replacement="")
     return Call("binary_join_element_wise", (*args, Literal(pa.scalar(""))), options)
 
 
-_FUNCTIONS: Final[dict[str, Callable[[str, Sequence[Expr]], Expr]]] = {
+_FUNCTIONS: Final[dict[str, Make]] = {
     "abs": _unary("abs"),
     "ceil": _unary("ceil"),
     "floor": _unary("floor"),
@@ -119,13 +124,13 @@ _FUNCTIONS: Final[dict[str, Callable[[str, Sequence[Expr]], Expr]]] = {
 }
 
 
-def function_call(name: str, args: Sequence[Expr]) -> Expr:
+def function_call(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
     """DataFusion's function `name` over translated `args`; InvalidArgument if it is not one
     translated or its arguments are not what it takes."""
     make = _FUNCTIONS.get(name)
     if make is None:
         raise InvalidArgument(f"DataFusion function {name!r} is not supported in a predicate here")
-    return make(name, args)
+    return make(name, args, compare)
 
 
 def _arity(name: str, args: Sequence[Expr], least: int, most: int | None) -> None:

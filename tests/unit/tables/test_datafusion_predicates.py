@@ -197,6 +197,7 @@ FUNCTIONS: Final = {
     "rtrim": "rtrim(region) = ' west'",
     "btrim of characters": "btrim(region, ' w') = 'est'",
     "nullif": "nullif(n, 2) IS NULL",
+    "nullif of nan": "nullif(v, 'NaN'::double) IS NULL",
     "concat skips nulls": "concat(host, region) = 'b'",
     "nested": "upper(trim(concat(region, host))) = 'WEST A%C'",
 }
