@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Callable
-from typing import Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import betterproto2
 
@@ -286,4 +286,27 @@ def _value_problem(value: object, proto_type: str, path: str) -> str | None:
     return None if valid else f"{path} should be {proto_type}, got {type(value).__name__}"
 
 
-__all__ = ["MAX_NESTING", "parse_strict"]
+def oneof_member(message: betterproto2.Message, group: str) -> tuple[str, Any]:
+    """The member of `group` set in `message` and its value, ("", None) if none: the members
+    are tried in field-number order (betterproto2's which_one_of took ~7 µs a message)."""
+    for name in _oneof_members(type(message), group):
+        value = getattr(message, name)
+        if value is not None:
+            return name, value
+    return "", None
+
+
+@functools.cache
+def _oneof_members(cls: type[betterproto2.Message], group: str) -> tuple[str, ...]:
+    meta = cast(Any, cls)._betterproto
+    return tuple(
+        name
+        for _, name in sorted(
+            (field.number, name)
+            for name, field in meta.meta_by_field_name.items()
+            if field.group == group
+        )
+    )
+
+
+__all__ = ["MAX_NESTING", "oneof_member", "parse_strict"]

@@ -14,7 +14,6 @@ tests/unit/test_protodecode.py holds the two equal.
 
 from __future__ import annotations
 
-import functools
 import struct
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
@@ -112,29 +111,6 @@ def decode_message(cls: type[M], data: bytes | memoryview) -> M:
     if unknown:
         message._unknown_fields += b"".join(unknown)
     return message
-
-
-def oneof_member(message: betterproto2.Message, group: str) -> tuple[str, Any]:
-    """The member of `group` set in `message` and its value, ("", None) if none: the members
-    are tried in field-number order (betterproto2's which_one_of took ~7 µs a message)."""
-    for name in _oneof_members(type(message), group):
-        value = getattr(message, name)
-        if value is not None:
-            return name, value
-    return "", None
-
-
-@functools.cache
-def _oneof_members(cls: type[betterproto2.Message], group: str) -> tuple[str, ...]:
-    meta = cast(Any, cls)._betterproto
-    return tuple(
-        name
-        for _, name in sorted(
-            (field.number, name)
-            for name, field in meta.meta_by_field_name.items()
-            if field.group == group
-        )
-    )
 
 
 def _two_members(cls: type, first: str, second: str) -> InvalidArgument:

@@ -45,10 +45,10 @@ from .._generated.datafusion import (
     Column as ColumnNode,
 )
 from ..errors import InvalidArgument
+from ..messages import oneof_member
 from ..plan.expr import Call, Column, Expr, Literal
 from ..plan.expr_proto import MAX_EXPR_DEPTH
 from ..plan.protobuf import parse_message
-from ..protodecode import oneof_member
 from .datafusion_floats import FloatOrder
 from .datafusion_functions import DATAFUSION_33_FUNCTIONS, function_call
 from .datafusion_scalar import arrow_type, plain_values, scalar

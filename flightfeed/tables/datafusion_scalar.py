@@ -27,7 +27,7 @@ from .._generated.datafusion import (
     Timestamp,
 )
 from ..errors import InvalidArgument
-from ..protodecode import oneof_member
+from ..messages import oneof_member
 
 _UNITS: Final = ("s", "ms", "us", "ns")
 """DataFusion's TimeUnit enum, by number."""
