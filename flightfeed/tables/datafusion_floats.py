@@ -56,23 +56,19 @@ class FloatOrder:
             return _against_nan(function, _known(nan_left))
         return _either_nan(function, left, right, _known(nan_left), _known(nan_right))
 
-    def is_float(self, expr: Expr) -> bool:
-        kind = self._type(expr)
-        return kind is not None and pa.types.is_floating(kind)
-
     def _nan(self, expr: Expr) -> NaN:
         """A literal is NaN or not; another float expression may be (its is_nan call)."""
         if isinstance(expr, Literal):
             value = expr.value
             floating = pa.types.is_floating(value.type) and value.is_valid
             return bool(floating and value.as_py() != value.as_py())
-        return Call("is_nan", (expr,)) if self.is_float(expr) else False
+        kind = self._type(expr)
+        floating = kind is not None and pa.types.is_floating(kind)
+        return Call("is_nan", (expr,)) if floating else False
 
     def _type(self, expr: Expr) -> pa.DataType | None:
         if self.schema is None:
             return None
-        if isinstance(expr, Literal):
-            return expr.value.type
         if isinstance(expr, Column):
             index = self.schema.get_field_index(expr.name)
             return self.schema.field(index).type if index >= 0 else None
