@@ -51,7 +51,15 @@ from ..plan.expr_proto import MAX_EXPR_DEPTH
 from ..plan.protobuf import parse_message
 from .datafusion_floats import FloatOrder
 from .datafusion_functions import DATAFUSION_33_FUNCTIONS, function_call
-from .datafusion_scalar import arrow_type, plain_values, scalar
+from .datafusion_scalar import (
+    FALSE,
+    NULL_BOOL,
+    TRUE,
+    arrow_type,
+    plain_values,
+    scalar,
+    string_option,
+)
 
 _COMPARISONS: Final = {
     "Eq": "equal",
@@ -80,9 +88,6 @@ _REGEX: Final = {
     "RegexNotMatch": (False, True),
     "RegexNotIMatch": (True, True),
 }
-_NULL_BOOL: Final = Literal(pa.scalar(None, pa.bool_()))
-_FALSE: Final = Literal(pa.scalar(False))
-_TRUE: Final = Literal(pa.scalar(True))
 _LIKE_ESCAPES: Final = ("", "\\")
 """DataFusion runs LIKE with no escape or with `\\` (any other is refused at its planning);
 Arrow's match_like escapes with `\\`."""
@@ -154,10 +159,10 @@ _UNARY: Final[dict[str, Callable[[Expr], Expr]]] = {
     "is_not_null_expr": lambda x: Call("is_valid", (x,)),
     "is_unknown": lambda x: Call("is_null", (x,)),
     "is_not_unknown": lambda x: Call("is_valid", (x,)),
-    "is_true": lambda x: Call("coalesce", (x, _FALSE)),
-    "is_not_false": lambda x: Call("coalesce", (x, _TRUE)),
-    "is_false": lambda x: Call("coalesce", (Call("invert", (x,)), _FALSE)),
-    "is_not_true": lambda x: Call("coalesce", (Call("invert", (x,)), _TRUE)),
+    "is_true": lambda x: Call("coalesce", (x, FALSE)),
+    "is_not_false": lambda x: Call("coalesce", (x, TRUE)),
+    "is_false": lambda x: Call("coalesce", (Call("invert", (x,)), FALSE)),
+    "is_not_true": lambda x: Call("coalesce", (Call("invert", (x,)), TRUE)),
 }
 """Unary nodes (each with one `expr`) and their meaning; IS TRUE and the like are never NULL."""
 
@@ -252,7 +257,7 @@ def _in_list(node: InListNode, inner: Translate, order: FloatOrder, *, filtering
     if not all(isinstance(item, Literal) for item in items):
         # Computed items: `x IN (a, b)` is `x = a OR x = b` in SQL's logic, NULLs included.
         found = _balanced("or_kleene", [order.compare("equal", value, item) for item in items])
-        return _negated(found, node.negated) if items else _FALSE
+        return _negated(found, node.negated) if items else FALSE
     scalars = [item.value for item in items if isinstance(item, Literal)]
     present = [s for s in scalars if s.is_valid]
     try:
@@ -276,18 +281,18 @@ def _value_set(
     set lookup (DuckDB's scan takes it). Arrow's lookup of floats is DataFusion's: NaN finds
     NaN, and -0.0 does not find 0.0 (DataFusion's `=` finds it, and so does the OR its
     optimizer makes of a list of three or fewer)."""
-    lookup: Expr = _FALSE
+    lookup: Expr = FALSE
     if present is not None and len(present):
         lookup = Call("is_in", (value,), pc.SetLookupOptions(present))
     if filtering and not negated:
         return lookup
     if filtering and holds_null:
-        return _FALSE  # NOT IN a list holding NULL is never true
+        return FALSE  # NOT IN a list holding NULL is never true
     if filtering:
         return Call("and_kleene", (Call("is_valid", (value,)), Call("invert", (lookup,))))
-    exact = Call("if_else", (Call("is_null", (value,)), _NULL_BOOL, lookup))
+    exact = Call("if_else", (Call("is_null", (value,)), NULL_BOOL, lookup))
     if holds_null:
-        exact = Call("or_kleene", (exact, _NULL_BOOL))
+        exact = Call("or_kleene", (exact, NULL_BOOL))
     return _negated(exact, negated)
 
 
@@ -306,13 +311,10 @@ def _matches(
 ) -> Expr:
     """A LIKE or regex match: Arrow takes the pattern as an option, so it must be a literal.
     A NULL pattern matches as NULL, whatever the value."""
-    if not isinstance(pattern, Literal) or not (
-        pa.types.is_string(pattern.value.type) or pa.types.is_large_string(pattern.value.type)
-    ):
-        raise InvalidArgument(f"the pattern of {what} must be a string literal, got {pattern}")
-    if not pattern.value.is_valid:
-        return _NULL_BOOL
-    options = pc.MatchSubstringOptions(pattern.value.as_py(), ignore_case=ignore_case)
+    text = string_option(pattern, f"the pattern of {what}")
+    if text is None:
+        return NULL_BOOL
+    options = pc.MatchSubstringOptions(text, ignore_case=ignore_case)
     return _negated(Call(function, (value,), options), negated)
 
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 from ..errors import FlightfeedError
 from ..plan.expr import Call, Column, Expr, Literal, output_type
 from ..plan.functions import BUILTINS
+from .datafusion_scalar import FALSE, TRUE
 
 _FLIPPED: Final = {
     "equal": "equal",
@@ -26,8 +27,6 @@ _FLIPPED: Final = {
     "greater": "less",
     "greater_equal": "less_equal",
 }
-_FALSE: Final = Literal(pa.scalar(False))
-_TRUE: Final = Literal(pa.scalar(True))
 
 NaN = bool | Expr
 """Whether a side is NaN: known (a literal, or a type that holds none), or its is_nan call."""
@@ -80,7 +79,7 @@ class FloatOrder:
 
 def _known(nan: NaN) -> Expr:
     if isinstance(nan, bool):
-        return _TRUE if nan else _FALSE
+        return TRUE if nan else FALSE
     return nan
 
 
@@ -92,8 +91,8 @@ def _against_nan(function: str, nan: Expr) -> Expr:
     if function in ("not_equal", "less"):
         return Call("invert", (nan,))
     if function == "greater":
-        return Call("and", (nan, _FALSE))
-    return Call("or", (nan, _TRUE))  # less_equal
+        return Call("and", (nan, FALSE))
+    return Call("or", (nan, TRUE))  # less_equal
 
 
 def _either_nan(function: str, left: Expr, right: Expr, nan_left: Expr, nan_right: Expr) -> Expr:

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgument
 from ..plan.expr import Call, Expr, Literal
+from .datafusion_scalar import FALSE, NULL_BOOL, string_option
 
 DATAFUSION_33_FUNCTIONS: Final = {
     0: "abs",
@@ -38,9 +39,6 @@ DATAFUSION_33_FUNCTIONS: Final = {
     63: "coalesce",
 }
 """DataFusion 33's ScalarFunction numbers (datafusion.proto) of the functions translated."""
-
-_NULL_BOOL: Final = Literal(pa.scalar(None, pa.bool_()))
-_FALSE: Final = Literal(pa.scalar(False))
 
 
 Compare = Callable[[str, Expr, Expr], Expr]
@@ -68,7 +66,7 @@ def _round(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
 def _trim(side: str) -> Make:
     def make(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
         _arity(name, args, 1, 2)
-        characters = " " if len(args) == 1 else _string_literal(name, args[1])
+        characters = " " if len(args) == 1 else string_option(args[1], f"{name}'s second argument")
         if characters is None:
             return Literal(pa.scalar(None, pa.string()))
         return Call(f"utf8_{side}", (args[0],), pc.TrimOptions(characters))
@@ -78,9 +76,9 @@ def _trim(side: str) -> Make:
 
 def _starts_with(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
     _arity(name, args, 2, 2)
-    prefix = _string_literal(name, args[1])
+    prefix = string_option(args[1], f"{name}'s second argument")
     if prefix is None:
-        return _NULL_BOOL
+        return NULL_BOOL
     return Call("starts_with", (args[0],), pc.MatchSubstringOptions(prefix))
 
 
@@ -93,7 +91,7 @@ def _nullif(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
     """NULL where a = b (NaN equal to NaN), else a (a NULL comparison keeps a)."""
     _arity(name, args, 2, 2)
     value, other = args
-    equal = Call("coalesce", (compare("equal", value, other), _FALSE))
+    equal = Call("coalesce", (compare("equal", value, other), FALSE))
     return Call("if_else", (equal, Literal(pa.scalar(None)), value))
 
 
@@ -143,16 +141,6 @@ def _arity(name: str, args: Sequence[Expr], least: int, most: int | None) -> Non
             else f"{least}-{most}"
         )
         raise InvalidArgument(f"DataFusion's {name} takes {wanted} arguments, got {len(args)}")
-
-
-def _string_literal(name: str, arg: Expr) -> str | None:
-    """A string literal's value (None for NULL): Arrow takes it as an option."""
-    if not isinstance(arg, Literal) or not (
-        pa.types.is_string(arg.value.type) or pa.types.is_large_string(arg.value.type)
-    ):
-        raise InvalidArgument(f"{name}'s second argument must be a string literal, got {arg}")
-    value = arg.value.as_py()
-    return value if value is None else str(value)
 
 
 def _integer_literal(name: str, arg: Expr) -> int:

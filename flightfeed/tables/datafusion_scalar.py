@@ -28,6 +28,7 @@ from .._generated.datafusion import (
 )
 from ..errors import InvalidArgument
 from ..messages import oneof_member
+from ..plan.expr import Expr, Literal
 
 _UNITS: Final = ("s", "ms", "us", "ns")
 """DataFusion's TimeUnit enum, by number."""
@@ -199,6 +200,22 @@ def plain_values(messages: Sequence[ScalarValue]) -> pa.Array | None:
     return array
 
 
+NULL_BOOL: Final = Literal(pa.scalar(None, pa.bool_()))
+FALSE: Final = Literal(pa.scalar(False))
+TRUE: Final = Literal(pa.scalar(True))
+
+
+def string_option(arg: Expr, what: str) -> str | None:
+    """The value of a string literal (None for NULL), for the Arrow functions that take it as
+    an option (a LIKE pattern, a prefix, trim's characters): anything else is refused."""
+    if not isinstance(arg, Literal) or not (
+        pa.types.is_string(arg.value.type) or pa.types.is_large_string(arg.value.type)
+    ):
+        raise InvalidArgument(f"{what} must be a string literal, got {arg}")
+    value = arg.value.as_py()
+    return None if value is None else str(value)
+
+
 def _unit(value: Any) -> str:
     if not isinstance(value, int) or not 0 <= value < len(_UNITS):
         raise InvalidArgument(f"unknown DataFusion time unit {value!r}")
@@ -234,4 +251,12 @@ def _checked(make: Callable[[], Any], what: str) -> Any:
         raise InvalidArgument(f"DataFusion {what} is not a valid Arrow value: {exc}") from None
 
 
-__all__ = ["arrow_type", "plain_values", "scalar"]
+__all__ = [
+    "FALSE",
+    "NULL_BOOL",
+    "TRUE",
+    "arrow_type",
+    "plain_values",
+    "scalar",
+    "string_option",
+]
