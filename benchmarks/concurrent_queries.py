@@ -11,11 +11,20 @@ level, divided by the work units the queries read (160 each): what one 100-row u
 end to end, provider to aggregate. A level that does not finish within `--timeout` is
 reported with the queries it completed (a hang, not a number).
 
+The CPU per unit of a level is the query's whole cost divided by its 160 units, so it holds
+what a query costs whatever its size (planning, four gRPC streams, a partial aggregate and its
+metrics per partition). The cost split separates the two at one client: rounds of the query
+alternate with the same query at LONG_UNITS_PER_PARTITION units a partition, and the
+difference in CPU per query over the difference in units is what one more work unit costs
+(marginal); the rest is the query's fixed cost.
+
 RESULT lines: queries/s at the highest concurrency, with the ratio to the 1-query rate of the
-same run (concurrency should add throughput, never lose it: target ≥ 1); and the CPU per unit
-at the highest concurrency, with the ratio target/value (≥ 1 meets the 100 µs target).
+same run (concurrency should add throughput, never lose it: target ≥ 1); the CPU per unit
+at the highest concurrency, with the ratio target/value (≥ 1 meets the 100 µs target); and
+the marginal CPU of a work unit, with the same ratio.
 
 Run: python benchmarks/concurrent_queries.py [--quick] [--levels 1,10,100,1000] [--workers 2]
+     [--split-rounds 6]
 """
 
 from __future__ import annotations
@@ -53,19 +62,20 @@ QUOTA = {1: 200, 10: 400, 100: 500, 1000: 2000}
 """Queries per level: a few seconds each, so that one noisy second of a shared machine does not
 decide a level (40 queries at 1 client took half a second and varied by a third)."""
 QUICK_QUOTA = {1: 10, 10: 40, 100: 200, 1000: 1000}
+LONG_UNITS_PER_PARTITION = 4 * UNITS_PER_PARTITION
+SPLIT_QUERIES_PER_ROUND = 25
+"""Queries of each size a round of the cost split: rounds alternate the sizes, so that a drift
+in the machine's speed falls on both."""
 
 
-def query() -> ExecutionPlan:
+def query(units_per_partition: int = UNITS_PER_PARTITION) -> ExecutionPlan:
     """count(*) and sum(partition) per task, partial on the workers, final here."""
-    chunks = ",".join([str(ROWS_PER_UNIT)] * UNITS_PER_PARTITION)
+    chunks = ",".join([str(ROWS_PER_UNIT)] * units_per_partition)
     source = scan(TASKS, *[chunks] * PARTITIONS)
     keys = [(col("task"), "task")]
     aggregates = [agg("count", name="cnt"), agg("sum", col("partition"), name="total")]
     partial = HashAggregate(source, keys, aggregates, mode=AggregateMode.PARTIAL)
     return HashAggregate(Coalesce(partial), keys, aggregates, mode=AggregateMode.FINAL)
-
-
-EXPECTED_ROWS = PARTITIONS * UNITS_PER_PARTITION * ROWS_PER_UNIT // TASKS
 
 
 @dataclass
@@ -105,11 +115,37 @@ def coordinator(urls: list[str], max_concurrent: int | None) -> Coordinator:
     return Coordinator(StaticWorkerResolver(urls), **options)
 
 
-async def run_one(c: Coordinator) -> None:
-    table = await c.collect(query())
+async def run_one(c: Coordinator, units_per_partition: int = UNITS_PER_PARTITION) -> None:
+    table = await c.collect(query(units_per_partition))
     counts = table.column("cnt").to_pylist()
-    if len(counts) != TASKS or any(n != EXPECTED_ROWS for n in counts):
+    expected_rows = PARTITIONS * units_per_partition * ROWS_PER_UNIT // TASKS
+    if len(counts) != TASKS or any(n != expected_rows for n in counts):
         raise AssertionError(f"wrong result: {table.to_pydict()}")
+
+
+@dataclass
+class CostSplit:
+    fixed_us: float
+    """CPU of a query apart from its work units, all processes."""
+    marginal_us: float
+    """CPU of one more 100-row work unit, end to end."""
+
+
+async def cost_split(c: Coordinator, pids: list[int], rounds: int) -> CostSplit:
+    """One client's CPU per query at two query sizes, in alternating rounds (module doc)."""
+    sizes = (UNITS_PER_PARTITION, LONG_UNITS_PER_PARTITION)
+    cpu = dict.fromkeys(sizes, 0.0)
+    for _ in range(rounds):
+        for units in sizes:
+            before = time.process_time() + sum(process_cpu_seconds(p) for p in pids)
+            for _ in range(SPLIT_QUERIES_PER_ROUND):
+                await run_one(c, units)
+            after = time.process_time() + sum(process_cpu_seconds(p) for p in pids)
+            cpu[units] += after - before
+    queries = rounds * SPLIT_QUERIES_PER_ROUND
+    short, long = (cpu[units] / queries * 1e6 for units in sizes)
+    marginal = (long - short) / ((sizes[1] - sizes[0]) * PARTITIONS)
+    return CostSplit(fixed_us=short - marginal * UNITS_PER_QUERY, marginal_us=marginal)
 
 
 async def run_level(
@@ -143,11 +179,13 @@ async def measure(
     quota: dict[int, int],
     limit_seconds: float,
     max_concurrent: int | None,
-) -> list[Level]:
+    split_rounds: int,
+) -> tuple[list[Level], CostSplit | None]:
     out = []
     async with coordinator(urls, max_concurrent) as c:
         for _ in range(5):  # warm up: connections, imports, caches
             await run_one(c)
+        split = await cost_split(c, pids, split_rounds) if split_rounds else None
         for level in levels:
             result = await run_level(c, pids, level, quota.get(level, level), limit_seconds)
             out.append(result)
@@ -159,7 +197,7 @@ async def measure(
             )
             if result.timed_out:
                 break  # the coordinator may hold stuck queries: later levels would mislead
-    return out
+    return out, split
 
 
 def main() -> None:
@@ -176,7 +214,14 @@ def main() -> None:
         default=None,
         help="the coordinator's admission limit (default: the Coordinator's own; 0: none)",
     )
+    parser.add_argument(
+        "--split-rounds",
+        type=int,
+        default=6,
+        help="rounds of the one-client cost split (0: skip it; --quick: 2)",
+    )
     args = parser.parse_args()
+    split_rounds = min(args.split_rounds, 2) if args.quick else args.split_rounds
     levels = [int(level) for level in args.levels.split(",")]
     quota = QUICK_QUOTA if args.quick else QUOTA
     print(
@@ -188,8 +233,10 @@ def main() -> None:
             stack.enter_context(worker_process_pid(SESSION_BUILDER)) for _ in range(args.workers)
         ]
         urls, pids = [url for url, _ in workers], [pid for _, pid in workers]
-        results = run(
-            lambda: measure(urls, pids, levels, quota, args.timeout, args.max_concurrent_queries)
+        results, split = run(
+            lambda: measure(
+                urls, pids, levels, quota, args.timeout, args.max_concurrent_queries, split_rounds
+            )
         )
     print(
         f"{'concurrent':>10} {'queries':>9} {'seconds':>8} {'queries/s':>10} {'CPU µs/unit':>12}"
@@ -219,6 +266,21 @@ def main() -> None:
             1,
         )
     )
+    if split is not None:
+        print(
+            f"cost split at 1 client ({UNITS_PER_QUERY} and {LONG_UNITS_PER_PARTITION * PARTITIONS}"
+            f" units a query): {split.fixed_us / 1e3:.2f} ms of CPU a query apart from its"
+            f" units, {split.marginal_us:.1f} µs a unit"
+        )
+        print(
+            result_line(
+                "concurrent_queries_marginal_cpu_per_unit",
+                split.marginal_us,
+                "us/unit",
+                CPU_TARGET_US / split.marginal_us if split.marginal_us > 0 else float("inf"),
+                1,
+            )
+        )
 
 
 if __name__ == "__main__":
