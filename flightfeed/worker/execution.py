@@ -40,3 +40,4 @@ async def serve_partitions(
             raise Cancelled(f"task {key} was cancelled: {task.cancel_reason}", origin=task.origin)
     finally:
         task.release(partitions, read_to_end=read_to_end)
+        registry.released()

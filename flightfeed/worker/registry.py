@@ -2,7 +2,9 @@
 
 An ExecuteTask may arrive before its SetPlan; it waits on an event for a bounded time. A task
 that ended leaves a tombstone for a while, so late requests learn what happened to it instead
-of waiting in vain.
+of waiting in vain; so does a SetPlan this worker refused (a plan its session cannot decode, a
+worker shutting down), and the readers already waiting for that plan learn it at once: the
+refusal's own status and message, not a "no plan arrived" after the whole plan wait.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 import anyio
 
 from ..concurrency import Signal
-from ..errors import NotFound, ResourceExhausted, Unavailable
+from ..errors import FlightfeedError, NotFound, ResourceExhausted, Unavailable
 from ..protocol.keys import TaskId
 from .config import WorkerConfig
 from .task import Task
@@ -30,6 +32,10 @@ class _Waiter:
         self.count = 0
 
 
+_Gone = tuple[type[FlightfeedError], str]
+"""What a tombstone tells a late reader: the error's class and message (a new error each time)."""
+
+
 class TaskRegistry:
     """Owns the live tasks of a worker. Single event loop; no locks needed."""
 
@@ -39,7 +45,7 @@ class TaskRegistry:
         self._on_edge = on_edge
         self._tasks: dict[TaskId, Task] = {}
         self._waiters: dict[TaskId, _Waiter] = {}
-        self._tombstones: OrderedDict[TaskId, tuple[str, float]] = OrderedDict()
+        self._tombstones: OrderedDict[TaskId, tuple[_Gone, float]] = OrderedDict()
         self._changed = Signal()
         self.draining = False
         """Set when the worker shuts down gracefully: running tasks finish, new ones are
@@ -59,10 +65,22 @@ class TaskRegistry:
         """Tasks that ExecuteTasks are waiting for (their plans have not arrived)."""
         return len(self._waiters)
 
+    @property
+    def unsettled(self) -> int:
+        """Tasks that still run or are being read (see `Task.settled` for the others)."""
+        return sum(not task.settled for task in self._tasks.values())
+
     async def drained(self) -> None:
-        """Until no task is left."""
-        while self._tasks:
+        """Until no task is left but settled ones: a shutdown need not wait for a task whose
+        partitions were all read (its coordinator runs it again elsewhere if a reader comes
+        back, as for a lost worker)."""
+        while self.unsettled:
             await self._changed.wait()
+
+    def released(self) -> None:
+        """A reader of some task let go of its partitions (that task may be settled now)."""
+        if self.draining:
+            self._notify()
 
     async def changed(self) -> None:
         """Wait until a task is added or removed."""
@@ -96,31 +114,46 @@ class TaskRegistry:
     def remove(self, task: Task, outcome: str) -> None:
         if self._tasks.get(task.key) is task:
             del self._tasks[task.key]
-            self._tombstones[task.key] = (outcome, time.monotonic() + self.config.tombstone_ttl)
-            while len(self._tombstones) > self.config.max_tombstones:
-                self._tombstones.popitem(last=False)
+            gone = f"task {task.key} is no longer on this worker: {outcome}"
+            self._bury(task.key, (NotFound, gone))
             self._notify()
             if not self._tasks and self._on_edge is not None:
                 self._on_edge()
 
-    def _tombstone(self, key: TaskId) -> str | None:
+    def refused(self, key: TaskId, error: FlightfeedError) -> None:
+        """The SetPlan for `key` was refused with `error`: its readers (waiting, or within the
+        tombstone TTL) get the same status, its message naming the task. A refusal of a key
+        that has a task (a duplicate SetPlan) leaves that task be."""
+        if key in self._tasks:
+            return
+        self._bury(key, (type(error), f"the plan of task {key} was refused here: {error}"))
+        waiter = self._waiters.pop(key, None)
+        if waiter is not None:
+            waiter.arrived.set()
+
+    def _bury(self, key: TaskId, gone: _Gone) -> None:
+        self._tombstones.pop(key, None)  # (re-inserted last: the oldest go first)
+        self._tombstones[key] = (gone, time.monotonic() + self.config.tombstone_ttl)
+        while len(self._tombstones) > self.config.max_tombstones:
+            self._tombstones.popitem(last=False)
+
+    def _check_tombstone(self, key: TaskId) -> None:
+        """Raise what the key's live tombstone says, if it has one."""
         entry = self._tombstones.get(key)
         if entry is None:
-            return None
-        outcome, expires = entry
+            return
+        (kind, message), expires = entry
         if time.monotonic() > expires:
             del self._tombstones[key]
-            return None
-        return outcome
+            return
+        raise kind(message)
 
     async def wait_for(self, key: TaskId) -> Task:
         """The task, once its plan has arrived; NotFound after the plan wait timeout."""
         task = self._tasks.get(key)
         if task is not None:
             return task
-        outcome = self._tombstone(key)
-        if outcome is not None:
-            raise NotFound(f"task {key} is no longer on this worker: {outcome}")
+        self._check_tombstone(key)
         waiter = self._waiters.get(key)
         if waiter is None:
             waiter = self._waiters[key] = _Waiter()
@@ -135,6 +168,7 @@ class TaskRegistry:
         task = self._tasks.get(key)
         if task is not None:
             return task
+        self._check_tombstone(key)  # (refused while we waited)
         raise NotFound(
             f"no plan for task {key} arrived within {self.config.plan_wait_timeout:g}s "
             "(unknown task, or its SetPlan never came)"

@@ -170,13 +170,14 @@ class Worker:
 
     async def drain(self, grace: float) -> int:
         """Graceful shutdown, first half: new tasks are refused (UNAVAILABLE) while the running
-        ones finish, for at most `grace` seconds. Returns how many were still running (they
-        end when the worker closes)."""
+        ones finish and are read, for at most `grace` seconds; tasks kept only for a re-read
+        are not waited for (TaskRegistry.drained). Returns how many were still running or
+        being read (they end, with the others, when the worker closes)."""
         registry = self.state.registry
         registry.draining = True
         with anyio.move_on_after(grace):
             await registry.drained()
-        return len(registry)
+        return registry.unsettled
 
     def _release_memory(self) -> None:
         self.state.memory_releases += 1  # (only this thread writes it; readers see it whole)

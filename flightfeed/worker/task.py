@@ -72,6 +72,8 @@ class Task:
         self._finished_outputs: set[int] = set()
         self.reads_done: set[int] = set()
         """Replayable: partitions read to their end, not yet reported to the coordinator."""
+        self._read_once: set[int] = set()
+        """Replayable: partitions read to their end at least once."""
         self.reads_changed = anyio.Event()
         self._consumer_scopes: set[anyio.CancelScope] = set()
         self.last_activity = time.monotonic()
@@ -92,6 +94,17 @@ class Task:
     @property
     def active_consumers(self) -> int:
         return len(self._consumer_scopes)
+
+    @property
+    def settled(self) -> bool:
+        """Replayable, every partition read to its end and nobody reading: the task is kept
+        only in case a reader comes back (a retried Spark task)."""
+        return (
+            self.replayable
+            and self.outputs is not None
+            and not self._consumer_scopes
+            and len(self._read_once) >= self.outputs.partitions
+        )
 
     # --- decisions (no awaiting) ---------------------------------------------------------
 
@@ -142,6 +155,7 @@ class Task:
             self._claimed.difference_update(partitions)
             if read_to_end:
                 self.reads_done.update(partitions)
+                self._read_once.update(partitions)
                 self.reads_changed.set()
             return
         self._finished_outputs.update(partitions)

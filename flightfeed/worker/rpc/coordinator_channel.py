@@ -113,8 +113,19 @@ def check_feed_declarations(request: SetPlanRequest, limit: int) -> None:
 
 
 async def open_task(state: WorkerState, headers: Headers, request: SetPlanRequest) -> OpenedTask:
-    """Check the request, build the session and decode the plan; registers nothing."""
+    """Check the request, build the session and decode the plan; registers nothing. A refusal
+    is left for the task's readers to find (TaskRegistry.refused)."""
     key = task_id(request.task_key)
+    try:
+        return await _open_task(state, headers, request, key)
+    except Exception as exc:
+        state.registry.refused(key, as_flightfeed_error(exc))
+        raise
+
+
+async def _open_task(
+    state: WorkerState, headers: Headers, request: SetPlanRequest, key: TaskId
+) -> OpenedTask:
     state.registry.check_capacity(key)
     origin = key.origin(state.location)
     check_feed_declarations(request, state.config.max_feed_partitions)
@@ -178,10 +189,12 @@ async def run_task(
             inbox.reserve_from(task.ctx.memory.reservation("feed inbox"))
         try:
             task.reserve_plan_data()
-        except BaseException:
+            state.registry.add(task)
+        except BaseException as exc:
             task.ctx.memory.close()
+            if isinstance(exc, Exception):
+                state.registry.refused(task.key, as_flightfeed_error(exc))
             raise
-        state.registry.add(task)
         try:
             await accepted()
             tg.start_soon(_watch_control, inbound, task, inbox)

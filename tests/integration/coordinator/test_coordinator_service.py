@@ -17,12 +17,13 @@ from flightfeed.coordinator import Catalog
 from flightfeed.coordinator.table_query import table_command
 from flightfeed.errors import InvalidArgument
 from flightfeed.plan import ExecutionPlan, call, col, lit
-from flightfeed.testing import wait_for_no_tasks
+from flightfeed.testing import start_workers, wait_for_no_tasks
 from flightfeed.testing.feeds import (
     UnitProvider,
     unit_scan,
     with_unit_scans,
 )
+from flightfeed.worker import WorkerConfig
 
 pytestmark = pytest.mark.anyio
 T = TypeVar("T")
@@ -135,3 +136,28 @@ async def test_release_ends_a_query_that_is_not_read() -> None:
         with anyio.fail_after(10):
             await wait_for_no_tasks(cluster.workers)
         assert query_id not in cluster.service.held
+
+
+async def test_workers_that_cannot_decode_the_catalogs_plans_tell_each_reader_why() -> None:
+    """Workers started apart, without the session builder that decodes the catalog's nodes: a
+    reader's DoGet gets the worker's refusal of the plan (its status and message), not a "no
+    plan arrived" after the whole plan wait."""
+    config = WorkerConfig(plan_wait_timeout=20)  # (a reader that waits it out gets NotFound)
+
+    def read_first_endpoint(location: str) -> None:
+        with fl.connect(location) as client:
+            info = client.get_flight_info(
+                fl.FlightDescriptor.for_command(table_command("units", [2, 10]))
+            )
+        endpoint = info.endpoints[0]
+        with fl.connect(endpoint.locations[0]) as worker:
+            worker.do_get(endpoint.ticket).read_all()
+
+    async with start_workers(2, config=config) as workers:
+        urls = [w.location for w in workers]
+        async with serve(catalog(), workers=urls, grace=0.01) as cluster:
+            with anyio.fail_after(60), pytest.raises(pa.ArrowInvalid) as info:
+                await in_thread(read_first_endpoint, cluster.location)
+    message = str(info.value)
+    assert "was refused here: plan decode failed: unknown plan node kind" in message
+    assert "no plan for task" not in message

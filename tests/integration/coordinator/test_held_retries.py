@@ -6,6 +6,7 @@ client), in threads, against `flightfeed worker` processes."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack, asynccontextmanager
@@ -48,10 +49,11 @@ def catalog() -> Catalog:
 
 
 @asynccontextmanager
-async def cluster_of_three() -> AsyncIterator[
-    tuple[CoordinatorCluster, dict[str, subprocess.Popen[str]]]
-]:
-    """A served catalog over three worker processes (started off the event loop)."""
+async def cluster_of_three(
+    grace: float = 0.01,
+) -> AsyncIterator[tuple[CoordinatorCluster, dict[str, subprocess.Popen[str]]]]:
+    """A served catalog over three worker processes (started off the event loop); a query read
+    to its end is released after `grace` seconds."""
     with ExitStack() as stack:
         processes = {}
         for _ in range(3):
@@ -59,7 +61,7 @@ async def cluster_of_three() -> AsyncIterator[
                 stack.enter_context, worker_process(*SESSION_BUILDER)
             )
             processes[url] = proc
-        async with serve(catalog(), workers=list(processes), grace=0.01) as cluster:
+        async with serve(catalog(), workers=list(processes), grace=grace) as cluster:
             yield cluster, processes
 
 
@@ -109,3 +111,37 @@ async def test_a_read_cut_off_midway_is_read_again_whole_where_the_task_moved() 
         rest = [await in_thread(read, e, cluster.location) for e in endpoints[1:]]
         rows = pa.concat_tables([again, *rest])
         assert sorted(rows.column("body").to_pylist()) == expected()
+
+
+async def test_a_draining_workers_endpoints_are_read_where_its_tasks_moved() -> None:
+    """A worker shutting down refuses a new held query's tasks (UNAVAILABLE); a reader sent to
+    it learns that at once and asks the coordinator where the task went."""
+    async with serve(catalog(), local_workers=2, grace=0.01) as cluster:
+        draining = cluster.workers[0]
+        draining.registry.draining = True  # as after SIGTERM, with tasks still running
+        _, endpoints = await in_thread(
+            client.get_endpoints, cluster.location, table_command("units", []), {}
+        )
+        assert {e.locations[0] for e in endpoints} == {w.location for w in cluster.workers}
+        with anyio.fail_after(60):
+            parts = [await in_thread(read, e, cluster.location) for e in endpoints]
+    rows = pa.concat_tables(parts)
+    assert sorted(rows.column("body").to_pylist()) == expected()
+
+
+async def test_a_stopped_worker_does_not_wait_for_tasks_kept_only_for_a_re_read() -> None:
+    """SIGTERM once every endpoint was read (the query is held a minute more, for re-reads):
+    the worker stops without waiting out its 30 s grace, and a re-read of one of its endpoints
+    goes where the coordinator moved the task."""
+    async with cluster_of_three(grace=60) as (cluster, processes):
+        _, endpoints = await in_thread(
+            client.get_endpoints, cluster.location, table_command("units", []), {}
+        )
+        first = [await in_thread(read, e, cluster.location) for e in endpoints]
+        stopping = processes[endpoints[0].locations[0]]
+        stopping.send_signal(signal.SIGTERM)
+        assert await in_thread(stopping.wait, 20) == 0  # (the grace is 30 s)
+        again = await in_thread(read, endpoints[0], cluster.location)
+    assert sorted(again.column("body").to_pylist()) == sorted(first[0].column("body").to_pylist())
+    rows = pa.concat_tables(first)
+    assert sorted(rows.column("body").to_pylist()) == expected()

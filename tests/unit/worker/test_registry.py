@@ -9,7 +9,7 @@ import anyio
 import pyarrow as pa
 import pytest
 
-from flightfeed.errors import NotFound, ResourceExhausted
+from flightfeed.errors import NotFound, PlanDecodeError, ResourceExhausted, Unavailable
 from flightfeed.plan import MemoryScan
 from flightfeed.protocol import TaskId
 from flightfeed.session import Session
@@ -88,6 +88,55 @@ async def test_a_finished_task_leaves_a_tombstone() -> None:
         registry.remove(task, "finished")
         with pytest.raises(NotFound, match="is no longer on this worker: finished"):
             await registry.wait_for(key())
+
+
+async def test_a_refused_plan_wakes_its_waiters_with_the_refusal() -> None:
+    async with tasks() as (registry, tg):
+        errors: list[Exception] = []
+
+        async def reader() -> None:
+            try:
+                await registry.wait_for(key())
+            except NotFound as exc:
+                raise AssertionError("the refusal, not a missing plan") from exc
+            except Exception as exc:
+                errors.append(exc)
+
+        tg.start_soon(reader)
+        tg.start_soon(reader)
+        await anyio.wait_all_tasks_blocked()
+        registry.refused(key(), PlanDecodeError("unknown plan node kind 'RemoteScan'"))
+        await anyio.wait_all_tasks_blocked()  # woken now, not after the 30 s plan wait
+        assert [type(e) for e in errors] == [PlanDecodeError, PlanDecodeError]
+        assert all("was refused here: unknown plan node kind" in str(e) for e in errors)
+        assert registry.waiting == 0
+        # A reader arriving later learns it at once too, with the refusal's status.
+        registry.refused(key(1), Unavailable("the worker is shutting down"))
+        with pytest.raises(Unavailable, match=r"task .*/1/1#0 was refused here: .*shutting down"):
+            await registry.wait_for(key(1))
+
+
+async def test_refusing_a_duplicate_plan_leaves_the_running_task_be() -> None:
+    async with tasks() as (registry, tg):
+        task = new_task(tg, key())
+        registry.add(task)
+        registry.refused(key(), ResourceExhausted(f"task {key()} already has a plan"))
+        assert await registry.wait_for(key()) is task
+        registry.remove(task, "finished")
+        with pytest.raises(NotFound, match="is no longer on this worker: finished"):
+            await registry.wait_for(key())
+
+
+async def test_tombstones_are_bounded_oldest_first() -> None:
+    registry = TaskRegistry(WorkerConfig(max_tombstones=3, plan_wait_timeout=0.01))
+    for number in range(5):
+        registry.refused(key(number), Unavailable("shutting down"))
+    for number in (0, 1):  # forgotten: a reader waits for a plan again
+        with pytest.raises(NotFound, match="no plan for task"):
+            await registry.wait_for(key(number))
+    for number in (2, 3, 4):
+        with pytest.raises(Unavailable):
+            await registry.wait_for(key(number))
 
 
 async def test_capacity_and_duplicate_plans_are_refused() -> None:
