@@ -189,7 +189,8 @@ class Coordinator:
         shuffle_bytes_per_task: int = DEFAULT_SHUFFLE_BYTES_PER_TASK,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> None:
-        """`max_concurrent_queries` run at once (None: no limit), held ones included; the
+        """`max_concurrent_queries` run at once (None: no limit), held ones included until
+        every endpoint was read to its end; the
         others wait in a queue of at most `max_queued_queries` (None: unbounded), and a query
         arriving at a full queue fails with ResourceExhausted (see admission.py). After
         `release_memory_after` seconds without queries, freed memory goes back to the operating
@@ -487,7 +488,7 @@ class Coordinator:
         query_headers = {**self.headers, **call_headers(headers or {})}
         query_id = uuid.uuid4().bytes
         metrics = self._queued(query_id)
-        await self._admit(metrics)  # the slot is held until the query is released
+        await self._admit(metrics)  # held until every endpoint was read, or the release
         release = _Once(self.admission.release)
         try:
             runtime, distributed = await self._held_runtime(
@@ -557,6 +558,7 @@ class Coordinator:
                         for run in list(runtime.tasks.values()):
                             tg.start_soon(self._held_task, held, run)
                         tg.start_soon(held.watch)
+                        tg.start_soon(_release_once_read, held, release)
                         for task in held.stage.tasks:
                             await held.ready(task.task_number)
                         task_status.started()
@@ -765,6 +767,12 @@ class Coordinator:
 
     def __repr__(self) -> str:
         return f"Coordinator({self.resolver!r})"
+
+
+async def _release_once_read(held: HeldQuery, release: Callable[[], None]) -> None:
+    """A held query read through waits only for re-reads: its admission slot goes back."""
+    await held.read_through.wait()
+    release()
 
 
 class _Once:

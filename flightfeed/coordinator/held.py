@@ -5,10 +5,10 @@ The whole plan runs on the workers as one stage (`DistributedPlanner.plan_on_wor
 output partition of each task is an `Endpoint`: the worker's location and a DoGet ticket
 that runs it. Tasks are replayable, so a partition read again (a retried Spark task) yields
 the same rows. The query is released once every endpoint was read to its end and no read came
-for `grace` seconds (readers may read again: Spark samples a scan before sorting it), when it
-sat unread for `ttl`, on `release()`, or when its coordinator is closed (which waits a few
-seconds for that); releasing half-closes every task's channel, so each worker reports its
-metrics and drops the task.
+for `grace` seconds (readers may read again: Spark samples a scan before sorting it; meanwhile
+it no longer takes an admission slot), when it sat unread for `ttl`, on `release()`, or when
+its coordinator is closed (which waits a few seconds for that); releasing half-closes every
+task's channel, so each worker reports its metrics and drops the task.
 
 A task whose worker is lost runs again on another worker, as a new attempt, its feed
 partitions replayed (the coordinator's `_held_task`): it is independent of the others (a held
@@ -76,6 +76,9 @@ class HeldQuery:
         self._progress = anyio.Event()
         self._released = anyio.Event()
         self._moved = anyio.Event()
+        self.read_through = anyio.Event()
+        """Set once every endpoint was read to its end (or the query released): from then on
+        the query only waits for re-reads, and no longer counts as running (admission)."""
         runtime.on_read = self._note_read
 
     @property
@@ -100,6 +103,7 @@ class HeldQuery:
         self._released.set()
         self._progress.set()
         self._moved.set()
+        self.read_through.set()
 
     def run(self, task_number: int) -> TaskRun:
         """The task's current attempt (NotFound for a task the query does not have)."""
@@ -146,6 +150,8 @@ class HeldQuery:
         self._unread.difference_update((run.task.task_number, p) for p in partitions)
         self._read_at = anyio.current_time()
         self._progress.set()
+        if not self._unread:
+            self.read_through.set()
 
     async def watch(self) -> None:
         """Until the query should be released; then half-close every task's channel."""
@@ -156,7 +162,7 @@ class HeldQuery:
                 break
             with anyio.move_on_at(deadline):
                 await self._progress.wait()
-        self._released.set()
+        self.release()
         for run in self.runtime.tasks.values():
             if run.channel_open is not None:
                 await run.channel_open.done_sending()

@@ -7,6 +7,7 @@ import anyio
 import pytest
 
 from flightfeed.errors import ResourceExhausted
+from flightfeed.flight.client import FlightClient
 from flightfeed.plan import Coalesce
 from flightfeed.testing import start_cluster
 from flightfeed.testing.feeds import (
@@ -70,3 +71,26 @@ async def test_a_full_queue_refuses_a_query_at_once() -> None:
             live.end(0)
         await first.aclose()
         assert (c.admission.running, c.admission.queued) == (0, 0)
+
+
+async def test_a_held_query_read_through_gives_its_slot_back() -> None:
+    """A served query (Spark's read) lives on a minute after its last read, for re-reads; it
+    stops counting against the limit once every endpoint was read to its end."""
+    options = unit_coordinator_options(max_concurrent_queries=1)
+    async with start_cluster(1, session_builder=unit_session_builder, **options) as (c, _):
+        held = await c.hold(unit_scan(UnitProvider([3, 2])), grace=600)
+        assert c.admission.running == 1
+        read = 0
+        for endpoint in held.endpoints[:-1]:
+            async with FlightClient(endpoint.location) as client:
+                read += (await client.do_get(endpoint.ticket).read_all()).num_rows
+        await anyio.wait_all_tasks_blocked()
+        assert c.admission.running == 1  # an endpoint is still unread
+        last = held.endpoints[-1]
+        async with FlightClient(last.location) as client:
+            read += (await client.do_get(last.ticket).read_all()).num_rows
+        with anyio.fail_after(10):
+            table = await c.collect(unit_scan(UnitProvider([4])))  # not queued behind it
+        assert (read, table.num_rows) == (5, 4)
+        assert not held.released
+        held.release()
