@@ -141,10 +141,16 @@ def _connection(options: Mapping[str, str] | None) -> client.Connection:
     return client.Connection.of({str(k).lower(): str(v) for k, v in (options or {}).items()})
 
 
+_FLIGHTFEED_ERROR = re.compile(r"^[ \t]*flightfeed(?:\.\w+)*\.([A-Z]\w*): ([^\n]*)", re.MULTILINE)
+
+
 def error_message(exc: BaseException) -> str:
     """The flightfeed error inside an exception Spark raised (a Python data source's failure
-    travels as text inside Java's), or the exception's own first line."""
-    found = re.search(r"flightfeed\.errors\.(\w+): ([^\n]*)", str(exc))
-    if found is not None:
-        return f"{found.group(1)}: {found.group(2).strip()}"
+    travels as text inside Java's: the last `flightfeed.<module>.<Error>: message` line of its
+    traceback, as `flightfeed.errors.NotFound` or `flightfeed.spark.writer.TableWriteRefused`),
+    or the exception's own first line."""
+    found = _FLIGHTFEED_ERROR.findall(str(exc))
+    if found:
+        name, message = found[-1]
+        return f"{name}: {message.strip()}"
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -189,6 +189,18 @@ def test_one_statement_exactly(query: str) -> None:
             "\tat org.apache.spark...",
             "NotFound: GetSchema at grpc://h:1: no table 'nope'",
         ),
+        (
+            "pyspark.errors.exceptions.captured.PythonException:\n  An exception was thrown from"
+            " the Python worker. Please see the stack trace below.\nTraceback (most recent call"
+            ' last):\n  File "writer.py", line 9, in write\nflightfeed.errors.InvalidArgument:'
+            " first\n\nDuring handling of the above exception, another exception occurred:\n\n"
+            "flightfeed.spark.writer.TableWriteRefused: column 'ts' has sub-millisecond digits\n",
+            "TableWriteRefused: column 'ts' has sub-millisecond digits",
+        ),
+        (
+            "a flightfeed.errors.NotFound: mid-line is not a traceback's",
+            "a flightfeed.errors.NotFound: mid-line is not a traceback's",
+        ),
         ("first line\nsecond line", "first line"),
         ("  \n  ", "RuntimeError"),
     ],
