@@ -5,15 +5,15 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--handshake-timeout SECONDS] [--max-connections N]
                   [--plan-wait-timeout SECONDS] [--memory-limit SIZE] [--parquet-root DIR]
                   [--peer URL] [--data-dir DIR] [--table-compression auto|always|never]
-                  [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--auth-token-file FILE]
-                  [--shutdown-grace|--drain-timeout SECONDS]
+                  [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--peer-tls-ca PEM]
+                  [--auth-token-file FILE] [--shutdown-grace|--drain-timeout SECONDS]
                   [--fanout-claim-timeout SECONDS]
                   [--max-header-list-size BYTES] [--min-receive-rate BYTES_PER_SECOND]
                   [--receive-grace SECONDS] [--idle-timeout SECONDS]
                   [--shared-memory-dir DIR | --no-shared-memory]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
                   (--worker grpc://host:port ... | --local-workers N)
-                  [--tls-cert PEM --tls-key PEM] [--tls-ca PEM]
+                  [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--peer-tls-ca PEM]
 flightfeed demo      the main job on an embedded default (see README)
 flightfeed tables list     --worker URL [--json]
 flightfeed tables create   --worker URL NAME --column NAME:TYPE[:tag][:notnull] ...
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from ._version import __version__
-from .cli_security import auth, client_tls, own_token, server_tls
+from .cli_security import auth, own_token, peer_tls, server_tls
 from .cli_types import (
     count_at_least,
     existing_directory,
@@ -116,7 +116,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         ),
         table_compression=args.table_compression,
         tls=server_tls(args),
-        peer_tls=client_tls(args),
+        peer_tls=peer_tls(args),
         auth=auth(args),
         peer_token=own_token(args),
         shared_memory_dir=(
@@ -198,7 +198,7 @@ def _coordinator(args: argparse.Namespace) -> int:
                 max_concurrent_queries=args.max_concurrent_queries or None,
                 max_queued_queries=args.max_queued_queries,
                 tls=server_tls(args),
-                worker_tls=client_tls(args),
+                worker_tls=peer_tls(args),
                 auth=auth(args),
                 worker_token=own_token(args),
             ) as cluster:
@@ -232,7 +232,7 @@ def _demo(args: argparse.Namespace) -> int:
 _header_list_size = count_at_least(1024, "at least 1024 bytes")
 
 
-def _add_tls_arguments(parser: argparse.ArgumentParser, who: str) -> None:
+def _add_tls_arguments(parser: argparse.ArgumentParser, who: str, peers: str) -> None:
     parser.add_argument(
         "--tls-cert",
         metavar="PEM",
@@ -249,8 +249,14 @@ def _add_tls_arguments(parser: argparse.ArgumentParser, who: str) -> None:
     parser.add_argument(
         "--tls-ca",
         metavar="PEM",
-        help="the CA of the workers it reaches over grpc+tls://; with --tls-cert, clients must"
-        " also present a certificate this CA signed (mutual TLS)",
+        help="with --tls-cert: clients must present a certificate this CA signed (mutual TLS);"
+        f" also the CA of the {peers} it reaches over grpc+tls://, unless --peer-tls-ca is given",
+    )
+    parser.add_argument(
+        "--peer-tls-ca",
+        metavar="PEM",
+        help=f"the CA that signed the certificates of the {peers} it reaches over grpc+tls://"
+        " (default: --tls-ca, else the system's roots); asks nothing of its own clients",
     )
 
 
@@ -383,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="zstd on table reads: auto (while it halves the bytes), always or never",
     )
-    _add_tls_arguments(worker, "worker")
+    _add_tls_arguments(worker, "worker", "peers")
     worker.add_argument(
         "--handshake-timeout",
         type=non_negative_seconds,
@@ -485,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="queries that may wait for admission; more are refused with RESOURCE_EXHAUSTED "
         "(default: no limit)",
     )
-    _add_tls_arguments(coordinator, "coordinator")
+    _add_tls_arguments(coordinator, "coordinator", "workers")
     coordinator.set_defaults(func=_coordinator)
 
     demo = commands.add_parser("demo", help="run the main job on an embedded default")

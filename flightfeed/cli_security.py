@@ -1,6 +1,8 @@
 """The command line's TLS and token flags, as configuration: `--tls-cert`, `--tls-key`,
 `--tls-ca` and `--auth-token-file`, shared by `flightfeed worker`, `flightfeed coordinator`
-(which serve with them and call their workers with them) and `flightfeed tables` (a client).
+(which serve with them and call their peers or workers with them) and `flightfeed tables` (a
+client); `--peer-tls-ca`, of the worker and the coordinator, trusts their peers' CA without
+asking their own clients for certificates.
 """
 
 from __future__ import annotations
@@ -30,9 +32,21 @@ def server_tls(args: argparse.Namespace) -> ServerTls | None:
         raise InvalidArgument("--tls-cert and --tls-key go together")
     if args.tls_cert is None:
         if args.tls_ca is not None:
-            raise InvalidArgument("--tls-ca needs --tls-cert and --tls-key")
+            raise InvalidArgument(
+                "--tls-ca needs --tls-cert and --tls-key (it asks clients for certificates); to"
+                " trust the CA of grpc+tls:// peers only, give it as --peer-tls-ca"
+            )
         return None
     return ServerTls(args.tls_cert, args.tls_key, args.tls_ca)
+
+
+def peer_tls(args: argparse.Namespace) -> ClientTls | None:
+    """How a worker or a coordinator reaches grpc+tls:// peers: --peer-tls-ca (else --tls-ca)
+    as their root CA, and its own --tls-cert/--tls-key as its client certificate."""
+    ca = args.peer_tls_ca or args.tls_ca
+    if ca is None and args.tls_cert is None:
+        return None
+    return ClientTls(ca, args.tls_cert, args.tls_key)
 
 
 def client_tls(args: argparse.Namespace) -> ClientTls | None:
@@ -43,4 +57,4 @@ def client_tls(args: argparse.Namespace) -> ClientTls | None:
     return ClientTls(args.tls_ca, args.tls_cert, args.tls_key)
 
 
-__all__ = ["auth", "client_tls", "own_token", "server_tls"]
+__all__ = ["auth", "client_tls", "own_token", "peer_tls", "server_tls"]

@@ -5,6 +5,10 @@ trustme, a test CA."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -118,3 +122,60 @@ def test_the_worker_command_serves_mutual_tls(certs: Certificates) -> None:
 def test_a_client_certificate_needs_its_key() -> None:
     with pytest.raises(FlightfeedError, match="private key"):
         ClientTls(cert_chain="client.pem")
+
+
+def test_a_plain_coordinator_reaches_tls_workers_with_peer_tls_ca(certs: Certificates) -> None:
+    """`--peer-tls-ca` trusts the workers' CA without making the coordinator's own port ask its
+    clients for certificates (as `--tls-ca` does, which needs a certificate of its own)."""
+    from flightfeed.coordinator import table_command
+    from flightfeed.examples.chunk_scan import scan_rows
+
+    server = ("--tls-cert", certs.server.cert_chain, "--tls-key", certs.server.private_key)
+    builder = ("--session-builder", "flightfeed.examples.chunk_scan:chunk_session_builder")
+    with worker_process(*server, *builder) as (_, worker):
+        assert worker.startswith("grpc+tls://")
+        command = [
+            sys.executable, "-m", "flightfeed.cli", "coordinator", "--port", "0",
+            "--tables", "flightfeed.examples.chunk_scan:catalog", "--worker", worker,
+        ]  # fmt: skip
+        refused = subprocess.run(
+            [*command, "--tls-ca", str(certs.ca)], capture_output=True, text=True, check=False
+        )
+        assert refused.returncode == 2
+        assert "to trust the CA of grpc+tls:// peers only, give it as --peer-tls-ca" in (
+            refused.stderr
+        )
+        proc = subprocess.Popen(
+            [*command, "--peer-tls-ca", str(certs.ca)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert "listening on grpc://" in line, line + (
+                proc.stderr.read() if proc.stderr else ""
+            )
+            location = line.split("listening on ", 1)[1].split(" ", 1)[0]
+            seed = (1, "3,1", "2")
+            with fl.connect(location) as client:  # no certificate: the port asks for none
+                info = client.get_flight_info(
+                    fl.FlightDescriptor.for_command(table_command("scan", seed))
+                )
+            root = certs.ca.read_bytes()
+            parts = []
+            for endpoint in info.endpoints:
+                assert endpoint.locations[0].uri.decode() == worker
+                with fl.connect(worker, tls_root_certs=root) as reader:
+                    parts.append(reader.do_get(endpoint.ticket).read_all())
+            got = pa.concat_tables(parts).sort_by("partition")
+            assert got.equals(scan_rows(*seed).sort_by("partition"))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
