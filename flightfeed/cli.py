@@ -75,6 +75,7 @@ from .tables_cli import add_tables_parser
 from .worker.config import WorkerConfig
 
 if TYPE_CHECKING:
+    from .coordinator import Coordinator
     from .worker import Worker
 
 log = logging.getLogger("flightfeed")
@@ -208,13 +209,32 @@ def _coordinator(args: argparse.Namespace) -> int:
                     f" {len(args.worker) + args.local_workers} workers)",
                     flush=True,
                 )
-                async for signum in signals:
-                    log.info("received %s, shutting down", signal.Signals(signum).name)
-                    break
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_warn_unreachable, cluster.coordinator, args.worker)
+                    async for signum in signals:
+                        log.info("received %s, shutting down", signal.Signals(signum).name)
+                        break
+                    tg.cancel_scope.cancel()
         print("flightfeed coordinator stopped", flush=True)
 
     run(main, use_uvloop=not args.no_uvloop)
     return 0
+
+
+async def _warn_unreachable(coordinator: Coordinator, urls: Sequence[str]) -> None:
+    """Name, at start, each worker given that cannot be reached now (a mistyped URL, a worker
+    not up yet): queries leave it out until it answers, and fail only if none does."""
+    if not urls:
+        return
+    try:
+        await coordinator.health.usable(urls)
+    except FlightfeedError as exc:
+        if not coordinator.health.down:  # reached, and something else is wrong
+            log.warning("%s", exc)
+    for url in urls:
+        down = coordinator.health.down.get(url)
+        if down is not None:
+            log.warning("%s (queries run without it until it answers)", down[1])
 
 
 def _demo(args: argparse.Namespace) -> int:

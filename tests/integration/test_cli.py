@@ -307,6 +307,38 @@ def test_coordinator_serves_the_seed_scan_to_any_flight_client() -> None:
             proc.wait(timeout=10)
 
 
+def test_coordinator_names_the_workers_it_cannot_reach_at_start() -> None:
+    """It starts (a worker may come up later), and its log says which workers it cannot reach
+    now instead of leaving that to the first query."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        refused = f"grpc://127.0.0.1:{closed.getsockname()[1]}"
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "flightfeed.cli", "coordinator", "--port", "0",
+                "--tables", "flightfeed.examples.chunk_scan:catalog", "--worker", refused,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            assert proc.stderr is not None
+            assert "listening on grpc://" in proc.stdout.readline()
+            warning = proc.stderr.readline()
+            assert f"WARNING flightfeed: {refused} did not answer GetWorkerInfo" in warning
+            assert "Connection refused" in warning
+            assert "queries run without it until it answers" in warning
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
 def test_coordinator_without_workers_or_catalog_is_a_clear_error() -> None:
     run_cli = [sys.executable, "-m", "flightfeed.cli", "coordinator"]
     no_workers = subprocess.run(
