@@ -47,6 +47,7 @@ from ._version import __version__
 from .cli_security import auth, own_token, peer_tls, server_tls
 from .cli_types import (
     count_at_least,
+    directory_path,
     existing_directory,
     location,
     memory_size,
@@ -245,7 +246,10 @@ def _demo(args: argparse.Namespace) -> int:
         from .pipeline_demo import run_pipeline
 
         pipeline_ok = run_pipeline(workers=args.workers).ok
-    core = run(lambda: run_demo(workers=args.workers), use_uvloop=not args.no_uvloop)
+    first = 1 if args.no_spark else 2
+    core = run(
+        lambda: run_demo(workers=args.workers, first_section=first), use_uvloop=not args.no_uvloop
+    )
     return 0 if pipeline_ok and core == 0 else 1
 
 
@@ -398,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--data-dir",
         default=None,
+        type=directory_path,
         metavar="DIR",
         help="keep durable tables in DIR (a DuckDB database; created if missing), served over"
         " HoraeDB's RemoteEngineService and Flight (default: none; :memory: for tables that"

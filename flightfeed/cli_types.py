@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from typing import Final
 
 from .errors import InvalidArgument
 from .flight.client import parse_location
@@ -83,12 +84,28 @@ def non_negative_rate(text: str) -> float:
     return value
 
 
+MIN_MEMORY_LIMIT: Final = 16 << 20
+"""The least `--memory-limit` taken: below it every query would fail on its first batch."""
+
+
 def memory_size(text: str) -> int:
-    """A size such as 4GiB, 512MB or 10%."""
+    """A size such as 4GiB, 512MB or 10%, of at least MIN_MEMORY_LIMIT (16 MiB)."""
     try:
-        return parse_memory_size(text)
+        size = parse_memory_size(text)
     except InvalidArgument as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
+    if size < MIN_MEMORY_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"must be at least 16MiB (a worker's queries need room), got {text!r} ({size} bytes)"
+        )
+    return size
+
+
+def directory_path(text: str) -> str:
+    """A directory to create or use: not empty (an empty path would mean the current one)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory, got an empty path")
+    return text
 
 
 def existing_directory(text: str) -> str:
@@ -102,6 +119,7 @@ def existing_directory(text: str) -> str:
 
 __all__ = [
     "count_at_least",
+    "directory_path",
     "existing_directory",
     "location",
     "memory_size",

@@ -226,10 +226,12 @@ async def _run_feed_query(workers: int) -> tuple[pa.Table, pa.Table, str, str]:
     return distributed, reference, explained, summary
 
 
-async def run_demo(workers: int = 2) -> int:
-    """The data plane, then a plan run on local workers; 0 when every result matches."""
+async def run_demo(workers: int = 2, *, first_section: int = 2) -> int:
+    """The data plane, then a plan run on local workers; 0 when every result matches. Its
+    sections are numbered from `first_section` (after the Spark pipeline's, or from 1)."""
     table = demo_table()
-    print("2. The Flight data plane")
+    section = iter(range(first_section, first_section + 3))
+    print(f"{next(section)}. The Flight data plane")
     handler = TableHandler({"demo": table}, partitions=max(1, workers) * 2)
     async with FlightServer(handler) as server:
         handler.location = server.location
@@ -245,7 +247,7 @@ async def run_demo(workers: int = 2) -> int:
         f"from {endpoints} endpoints in {elapsed:.2f}s: {'identical' if flight_ok else 'MISMATCH'}"
     )
 
-    print("3. Tasks on workers, read with ExecuteTask tickets")
+    print(f"{next(section)}. Tasks on workers, read with ExecuteTask tickets")
     start = time.perf_counter()
     distributed, count = await _run_on_workers(table, workers)
     elapsed = time.perf_counter() - start
@@ -263,7 +265,7 @@ async def run_demo(workers: int = 2) -> int:
     summary = numbers.group_by("bucket").aggregate([("value", "sum"), ("id", "count")])
     print(summary.sort_by("bucket"))
 
-    print("4. The coordinator streams runtime work to the workers")
+    print(f"{next(section)}. The coordinator streams runtime work to the workers")
     start = time.perf_counter()
     counted, reference_counts, explained, feed_summary = await _run_feed_query(workers)
     elapsed = time.perf_counter() - start

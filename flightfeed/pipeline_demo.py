@@ -20,6 +20,7 @@ import anyio
 import pyarrow as pa
 
 from .cluster import serve_in_background
+from .errors import FlightfeedError
 from .examples.chunk_scan import catalog, observe_chunks
 from .plan import collect, open_task_context
 
@@ -91,7 +92,14 @@ def run_pipeline(workers: int = 2) -> PipelineResult:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from .spark import local_session, sql
+    from .spark import java_runtime, local_session, sql
+
+    try:
+        java_runtime()
+    except FlightfeedError as exc:
+        raise FlightfeedError(
+            f"{exc.message}; or run `flightfeed demo --no-spark`, the demo without Spark"
+        ) from None
 
     console = Console()
     query, arguments = pipeline_query(workers)

@@ -239,10 +239,19 @@ def added_columns(schema: TableSchema, specs: Sequence[ColumnSpec]) -> list[Colu
                 f"an added column is nullable and not a tag: drop the flags of {spec.name!r}"
             )
         added.append(Column(spec.name, spec.type))
-    names = [c.name for c in added]
-    repeated = sorted({n for n in names if names.count(n) > 1 or n in schema.names})
+    names = [c.name.casefold() for c in added]  # SQL names (DuckDB's) ignore case
+    existing = {name.casefold() for name in schema.names}
+    repeated = sorted(
+        {
+            c.name
+            for c in added
+            if names.count(c.name.casefold()) > 1 or c.name.casefold() in existing
+        }
+    )
     if repeated:
-        raise InvalidArgument(f"column(s) {repeated} exist already or are added twice")
+        raise InvalidArgument(
+            f"column(s) {repeated} exist already or are added twice (names ignore case)"
+        )
     return added
 
 

@@ -24,7 +24,8 @@ def load_session_builder(path: str) -> SessionBuilder:
     except ModuleNotFoundError as exc:
         if exc.name is not None and module_name.startswith(exc.name):
             raise InvalidArgument(
-                f"session builder {path!r}: module {module_name!r} not found"
+                f"session builder {path!r}: module {module_name!r} not found (is it installed,"
+                " or its directory on PYTHONPATH?)"
             ) from exc
         raise InvalidArgument(
             f"session builder {path!r}: importing {module_name!r} failed: {exc}"

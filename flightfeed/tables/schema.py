@@ -156,8 +156,10 @@ def _check(schema: TableSchema) -> None:
     names = schema.names
     if not names:
         raise InvalidArgument("a table needs at least one column")
-    if len(set(names)) != len(names):
-        raise InvalidArgument(f"column names must be distinct, got {names}")
+    folded = [name.casefold() for name in names]  # SQL names (DuckDB's) ignore case
+    if len(set(folded)) != len(folded):
+        clashing = [name for name in names if folded.count(name.casefold()) > 1]
+        raise InvalidArgument(f"column names must be distinct, ignoring case, got {clashing}")
     for name in names:
         if not name or len(name.encode()) > MAX_NAME_BYTES or "\x00" in name:
             raise InvalidArgument(f"bad column name {name!r} (1 to {MAX_NAME_BYTES} bytes)")

@@ -169,9 +169,12 @@ def test_worker_keepalive_options_shape_its_config(
         (["--keepalive", "-1"], "must be 0 or more seconds"),
         (["--keepalive-timeout", "0"], "must be more than 0 seconds"),
         (["--keepalive", "soon"], "must be a number of seconds, got 'soon'"),
+        (["--data-dir", ""], "argument --data-dir: must name a directory, got an empty path"),
+        (["--memory-limit", "1"], "must be at least 16MiB (a worker's queries need room), got"),
+        (["--memory-limit", "15MiB"], "must be at least 16MiB"),
     ],
 )
-def test_bad_keepalive_options_are_refused_clearly(
+def test_bad_worker_options_are_refused_clearly(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -40,3 +40,20 @@ def test_the_demo_without_spark_runs_the_layers_under_it() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Spark" not in out.stdout
     assert out.stdout.count("matches the one-process run") == 2
+    sections = [line for line in out.stdout.splitlines() if line[:1].isdigit() and ". " in line]
+    assert [line.split(".", 1)[0] for line in sections] == ["1", "2", "3"]
+
+
+def test_the_demo_without_java_says_how_to_run_without_spark() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "flightfeed.cli", "demo"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, "JAVA_HOME": "/nonexistent"},
+    )
+    assert out.returncode == 2
+    assert "has no bin/java" in out.stderr
+    assert "or run `flightfeed demo --no-spark`, the demo without Spark" in out.stderr
+    assert "Traceback" not in out.stderr

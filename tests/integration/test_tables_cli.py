@@ -268,6 +268,7 @@ def test_alter_against_a_stale_schema_version_changes_nothing(
     ("name", "argv", "reason"),
     [
         ("r1", ["--add-column", "v:int64"], "column(s) ['v'] exist already or are added twice"),
+        ("r6", ["--add-column", "V:int64"], "column(s) ['V'] exist already or are added twice"),
         ("r2", ["--add-column", "w:int64:notnull"], "an added column is nullable and not a tag:"),
         ("r3", ["--option", "update_mode=APPEND"], "a table's update_mode cannot change"),
         ("r4", ["--option", "ttl=soon"], "bad duration 'soon'"),
@@ -339,6 +340,7 @@ def test_unknown_table(worker: str, capsys: pytest.CaptureFixture[str], command:
         (["v:double"], "no column is of type timestamp"),
         (["a:timestamp", "b:timestamp"], "columns ['a', 'b'] are of type timestamp"),
         (["ts:timestamp", "ts:int64"], "column names must be distinct"),
+        (["TS:timestamp", "ts:int64"], "column names must be distinct, ignoring case, got ['TS',"),
         ([], "a table needs columns: --column NAME:TYPE"),
     ],
 )

@@ -366,3 +366,15 @@ def test_with_added_refuses_a_name_the_table_has() -> None:
     base = TableSchema.from_arrow(ARROW, timestamp="ts")
     with pytest.raises(InvalidArgument, match="distinct"):
         base.with_added([Column("value", INT)])
+
+
+def test_names_that_differ_only_in_case_are_refused_as_sql_would_clash() -> None:
+    """DuckDB's names ignore case: `Value` and `value` would be one column (its Catalog Error
+    reached clients before)."""
+    msg = proto([ts_column(1), ColumnSchema(name="Value", data_type=DataType.INT64, id=2),
+                 ColumnSchema(name="value", data_type=DataType.INT64, id=3)])  # fmt: skip
+    with pytest.raises(InvalidArgument, match=r"distinct, ignoring case, got \['Value', 'value'\]"):
+        TableSchema.from_proto(msg)
+    schema = TableSchema.from_proto(proto([ts_column(1)]))
+    with pytest.raises(InvalidArgument, match=r"ignoring case, got \['ts', 'TS'\]"):
+        schema.with_added([Column("TS", schema.column("ts").type)])
