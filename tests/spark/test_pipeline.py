@@ -1,7 +1,8 @@
 """examples/pipeline, the Spark Declarative Pipelines project, run with `spark-pipelines run` on
-the standalone cluster (through its Spark Connect server) against a `flightfeed coordinator`
-process: the streaming table holds every row of the seeds' scan once, and the materialized view
-over it gives the seed query's answer. A second run reads no unit twice."""
+the standalone cluster (through its Spark Connect server) and in local mode (with the project's
+spark.conf), against a `flightfeed coordinator` process: the streaming table holds every row of
+the seeds' scan once, and the materialized view over it gives the seed query's answer. A second
+run reads no unit twice."""
 
 from __future__ import annotations
 
@@ -61,13 +62,22 @@ def pipeline_project(destination: Path, coordinator: str) -> Path:
     return spec_path
 
 
-def run_pipeline(spec: Path, server: ConnectServer) -> subprocess.CompletedProcess[str]:
+def run_pipeline(spec: Path, *how: str) -> subprocess.CompletedProcess[str]:
+    """`spark-pipelines run` of the spec, `how`: `--remote URL`, or `--properties-file FILE`."""
     return subprocess.run(
         [str(Path(sys.executable).with_name("spark-pipelines")), "run", "--spec", str(spec),
-         "--remote", server.url],
+         *how],
         capture_output=True, text=True, timeout=600, check=False, env=spark_env(),
         cwd=spec.parent,
     )  # fmt: skip
+
+
+def local_properties(project: Path) -> tuple[Path, Path]:
+    """The project's spark.conf with its metastore, warehouse and Derby log in `project`/state:
+    the file, and the warehouse."""
+    conf = project / "spark.conf"
+    conf.write_text(conf.read_text().replace("/tmp/flightfeed_chunks", str(project / "state")))
+    return conf, project / "state" / "warehouse"
 
 
 def pairs(rows: pa.Table) -> list[tuple[int, int]]:
@@ -84,7 +94,7 @@ def test_the_pipeline_project_runs_with_spark_pipelines(
     connect_server: ConnectServer, coordinator: str, tmp_path: Path
 ) -> None:
     spec = pipeline_project(tmp_path, coordinator)
-    first = run_pipeline(spec, connect_server)
+    first = run_pipeline(spec, "--remote", connect_server.url)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "Run is COMPLETED" in first.stdout + first.stderr
     rows = table(connect_server, "chunk_rows")
@@ -92,7 +102,23 @@ def test_the_pipeline_project_runs_with_spark_pipelines(
     per_task = table(connect_server, "rows_per_task").sort_by("task")
     assert per_task.to_pylist() == [{"cnt": 6, "task": 0}, {"cnt": 6, "task": 1}]
 
-    again = run_pipeline(spec, connect_server)  # the stream resumes from its checkpoint
+    again = run_pipeline(spec, "--remote", connect_server.url)  # resumes from its checkpoint
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert table(connect_server, "chunk_rows").num_rows == rows.num_rows
     assert table(connect_server, "rows_per_task").sort_by("task").equals(per_task)
+
+
+def test_the_pipeline_project_runs_again_in_local_mode(coordinator: str, tmp_path: Path) -> None:
+    """Without a Connect server each run is a new local Spark: spark.conf's metastore keeps the
+    tables, so the second run resumes the stream (it failed with LOCATION_ALREADY_EXISTS)."""
+    spec = pipeline_project(tmp_path, coordinator)
+    conf, warehouse = local_properties(spec.parent)
+    for run in ("first", "second"):
+        done = run_pipeline(spec, "--properties-file", str(conf))
+        assert done.returncode == 0, run + done.stdout[-3000:] + done.stderr[-3000:]
+        assert "Run is COMPLETED" in done.stdout + done.stderr
+        assert pairs(pq.read_table(warehouse / "chunk_rows")) == pairs(scan_rows(*SEED))
+        per_task = pq.read_table(warehouse / "rows_per_task").sort_by("task")
+        assert per_task.to_pylist() == [{"cnt": 6, "task": 0}, {"cnt": 6, "task": 1}]
+    assert (spec.parent / "state" / "derby.log").exists()  # where spark.conf says,
+    assert not (spec.parent / "derby.log").exists()  # not in the directory it runs from
