@@ -12,7 +12,7 @@ flightfeed worker --host 0.0.0.0 --port 8000 [--session-builder pkg.module:func]
                   [--receive-grace SECONDS] [--idle-timeout SECONDS]
                   [--shared-memory-dir DIR | --no-shared-memory]
 flightfeed coordinator --port 8815 --tables pkg.module:catalog
-                  (--worker grpc://host:port ... | --local-workers N)
+                  (--worker grpc://host:port ... | --local-workers N [--advertise-host HOST])
                   [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--peer-tls-ca PEM]
 flightfeed demo      the main job on an embedded default (see README)
 flightfeed tables list     --worker URL [--json]
@@ -196,6 +196,7 @@ def _coordinator(args: argparse.Namespace) -> int:
                 local_workers=args.local_workers,
                 host=args.host,
                 port=args.port,
+                advertised_host=args.advertise_host,
                 ttl=args.query_ttl,
                 max_concurrent_queries=args.max_concurrent_queries or None,
                 max_queued_queries=args.max_queued_queries,
@@ -472,6 +473,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     coordinator.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
     coordinator.add_argument("--port", type=port, default=8815, help="port (default 8815; 0 = any)")
+    coordinator.add_argument(
+        "--advertise-host",
+        default=None,
+        metavar="HOST",
+        help="the name or address other machines reach the --local-workers at (readers are sent"
+        " there; with --host 0.0.0.0 they are otherwise sent to 127.0.0.1)",
+    )
     coordinator.add_argument(
         "--tables",
         required=True,

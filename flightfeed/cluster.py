@@ -52,6 +52,7 @@ async def serve(
     local_workers: int = 0,
     host: str = "127.0.0.1",
     port: int = 0,
+    advertised_host: str | None = None,
     worker_config: WorkerConfig | None = None,
     ttl: float = DEFAULT_TTL,
     grace: float = DEFAULT_GRACE,
@@ -64,10 +65,10 @@ async def serve(
 ) -> AsyncIterator[CoordinatorCluster]:
     """Serve `catalog` on `host:port` over the `workers` given and `local_workers` started
     here (real gRPC servers on free ports whose sessions decode the catalog's nodes, or come
-    from `session_builder`). `tls`: serve over TLS (`grpc+tls://`); `worker_tls`: how to reach
-    `grpc+tls://` workers (their root CA, the certificate the coordinator presents). `auth`:
-    who may call the service (flight/auth.py); `worker_token`: the bearer token sent to the
-    workers."""
+    from `session_builder`; readers are sent to them at `advertised_host`, when given). `tls`:
+    serve over TLS (`grpc+tls://`); `worker_tls`: how to reach `grpc+tls://` workers (their
+    root CA, the certificate the coordinator presents). `auth`: who may call the service
+    (flight/auth.py); `worker_token`: the bearer token sent to the workers."""
     if local_workers < 0:
         raise InvalidArgument(f"local_workers must be 0 or more, got {local_workers}")
     async with AsyncExitStack() as stack:
@@ -75,6 +76,7 @@ async def serve(
             await stack.enter_async_context(
                 Worker(
                     host=host,
+                    advertised_host=advertised_host,
                     session_builder=session_builder or catalog.worker_session,
                     config=worker_config,
                 )

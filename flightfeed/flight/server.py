@@ -464,6 +464,10 @@ class FlightServer:
     @property
     def location(self) -> str:
         host = self._local_address if self.host in ("0.0.0.0", "", "::") else self.host
+        return self.location_at(host)
+
+    def location_at(self, host: str) -> str:
+        """This server's URL with another host: a name other machines reach it by."""
         if ":" in host:  # an IPv6 address, bracketed as URLs have it
             host = f"[{host}]"
         scheme = TLS_SCHEME if self.tls is not None else "grpc"

@@ -54,6 +54,8 @@ class Worker:
 
     Tasks arrive over CoordinatorChannel (SetPlan); any Flight client runs a partition range
     with DoGet(ticket = serialized ExecuteTaskRequest), as does the WorkerService ExecuteTask.
+    Its location, which coordinators hand to readers, is `advertised_url`, or its URL with
+    `advertised_host` (a worker on 0.0.0.0 otherwise says 127.0.0.1, reachable only here).
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class Worker:
         port: int = 0,
         session_builder: Any = None,
         advertised_url: str | None = None,
+        advertised_host: str | None = None,
         config: WorkerConfig | None = None,
         in_process: bool = False,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
@@ -78,6 +81,7 @@ class Worker:
         self.handlers = WorkerHandlers(self.state)
         self.state.endpoint = self.handlers
         self._advertised_url = advertised_url
+        self._advertised_host = advertised_host
         self._in_process = in_process
         self._server = FlightServer(
             WorkerFlightHandler(self.state),
@@ -132,7 +136,11 @@ class Worker:
             else:
                 await self._server.start()  # a port it cannot have fails here, as itself
                 stack.push_async_callback(self._server.close)
-                self.state.location = self._advertised_url or self._server.location
+                self.state.location = self._advertised_url or (
+                    self._server.location_at(self._advertised_host)
+                    if self._advertised_host
+                    else self._server.location
+                )
             # Entered after the server started: a failure before is raised as it is, not in an
             # ExceptionGroup. (Leaving, its tasks stop before the server closes.)
             tg = await stack.enter_async_context(anyio.create_task_group())

@@ -161,3 +161,17 @@ async def test_workers_that_cannot_decode_the_catalogs_plans_tell_each_reader_wh
     message = str(info.value)
     assert "was refused here: plan decode failed: unknown plan node kind" in message
     assert "no plan for task" not in message
+
+
+async def test_local_workers_on_every_interface_are_advertised_at_the_host_given() -> None:
+    """On 0.0.0.0 a local worker would send readers to 127.0.0.1, which another machine's
+    Spark executor cannot reach; `advertised_host` names it as the others know it."""
+    async with serve(
+        catalog(), local_workers=2, host="0.0.0.0", advertised_host="localhost", grace=0.01
+    ) as cluster:
+        assert all(w.location.startswith("grpc://localhost:") for w in cluster.workers)
+        info, table = await in_thread(read_query, cluster.location, table_command("units", [4, 5]))
+    assert {e.locations[0].uri.decode() for e in info.endpoints} == {
+        w.location for w in cluster.workers
+    }
+    assert table.num_rows == 20
