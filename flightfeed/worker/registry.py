@@ -4,11 +4,12 @@ An ExecuteTask may arrive before its SetPlan; it waits on an event for a bounded
 that ended leaves a tombstone for a while, so late requests learn what happened to it instead
 of waiting in vain; so does a SetPlan this worker refused (a plan its session cannot decode, a
 worker shutting down), and the readers already waiting for that plan learn it at once: the
-refusal's own status and message, not a "no plan arrived" after the whole plan wait.
+refusal itself, not a "no plan arrived" after the whole plan wait.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,10 +33,6 @@ class _Waiter:
         self.count = 0
 
 
-_Gone = tuple[type[FlightfeedError], str]
-"""What a tombstone tells a late reader: the error's class and message (a new error each time)."""
-
-
 class TaskRegistry:
     """Owns the live tasks of a worker. Single event loop; no locks needed."""
 
@@ -45,7 +42,8 @@ class TaskRegistry:
         self._on_edge = on_edge
         self._tasks: dict[TaskId, Task] = {}
         self._waiters: dict[TaskId, _Waiter] = {}
-        self._tombstones: OrderedDict[TaskId, tuple[_Gone, float]] = OrderedDict()
+        self._tombstones: OrderedDict[TaskId, tuple[FlightfeedError, float]] = OrderedDict()
+        """What a late reader of a task gets (a copy each time), until when."""
         self._changed = Signal()
         self.draining = False
         """Set when the worker shuts down gracefully: running tasks finish, new ones are
@@ -114,24 +112,26 @@ class TaskRegistry:
     def remove(self, task: Task, outcome: str) -> None:
         if self._tasks.get(task.key) is task:
             del self._tasks[task.key]
-            gone = f"task {task.key} is no longer on this worker: {outcome}"
-            self._bury(task.key, (NotFound, gone))
+            self._bury(
+                task.key, NotFound(f"task {task.key} is no longer on this worker: {outcome}")
+            )
             self._notify()
             if not self._tasks and self._on_edge is not None:
                 self._on_edge()
 
     def refused(self, key: TaskId, error: FlightfeedError) -> None:
         """The SetPlan for `key` was refused with `error`: its readers (waiting, or within the
-        tombstone TTL) get the same status, its message naming the task. A refusal of a key
-        that has a task (a duplicate SetPlan) leaves that task be."""
+        tombstone TTL) get that error too, as the coordinator does (whichever it hears first,
+        the query fails with the same error). A refusal of a key that has a task (a duplicate
+        SetPlan) leaves that task be."""
         if key in self._tasks:
             return
-        self._bury(key, (type(error), f"the plan of task {key} was refused here: {error}"))
+        self._bury(key, copy.copy(error))  # (without its traceback: nothing else is kept)
         waiter = self._waiters.pop(key, None)
         if waiter is not None:
             waiter.arrived.set()
 
-    def _bury(self, key: TaskId, gone: _Gone) -> None:
+    def _bury(self, key: TaskId, gone: FlightfeedError) -> None:
         self._tombstones.pop(key, None)  # (re-inserted last: the oldest go first)
         self._tombstones[key] = (gone, time.monotonic() + self.config.tombstone_ttl)
         while len(self._tombstones) > self.config.max_tombstones:
@@ -142,11 +142,11 @@ class TaskRegistry:
         entry = self._tombstones.get(key)
         if entry is None:
             return
-        (kind, message), expires = entry
+        gone, expires = entry
         if time.monotonic() > expires:
             del self._tombstones[key]
             return
-        raise kind(message)
+        raise copy.copy(gone)
 
     async def wait_for(self, key: TaskId) -> Task:
         """The task, once its plan has arrived; NotFound after the plan wait timeout."""

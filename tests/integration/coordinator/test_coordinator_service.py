@@ -159,7 +159,8 @@ async def test_workers_that_cannot_decode_the_catalogs_plans_tell_each_reader_wh
             with anyio.fail_after(60), pytest.raises(pa.ArrowInvalid) as info:
                 await in_thread(read_first_endpoint, cluster.location)
     message = str(info.value)
-    assert "was refused here: plan decode failed: unknown plan node kind" in message
+    assert "plan decode failed: unknown plan node kind 'UnitScan'" in message
+    assert "register a codec in the session builder" in message
     assert "no plan for task" not in message
 
 
