@@ -143,9 +143,9 @@ def _translate(
                 f"DataFusion's scalar function number {value.fun} (datafusion.ScalarFunction)"
                 " is not supported in a predicate here"
             )
-        return function_call(name, [inner(arg) for arg in value.args], order.compare)
+        return function_call(name, [inner(arg) for arg in value.args], order)
     if isinstance(value, ScalarUdfExprNode):
-        return function_call(value.fun_name, [inner(arg) for arg in value.args], order.compare)
+        return function_call(value.fun_name, [inner(arg) for arg in value.args], order)
     unary = _UNARY.get(member)
     if unary is not None:
         return unary(inner(getattr(value, "expr", None)))
@@ -329,7 +329,7 @@ def _case(node: CaseNode, inner: Translate, order: FloatOrder) -> Expr:
     values: list[Expr] = []
     for branch in branches:
         when = inner(branch.when_expr)
-        conditions.append(when if subject is None else order.compare("equal", subject, when))
+        conditions.append(when if subject is None else order.same(subject, when))
         values.append(inner(branch.then_expr))
     if node.else_expr is not None:
         values.append(inner(node.else_expr))

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgument
 from ..plan.expr import Call, Expr, Literal
+from .datafusion_floats import FloatOrder
 from .datafusion_scalar import FALSE, NULL_BOOL, string_option
 
 DATAFUSION_33_FUNCTIONS: Final = {
@@ -41,20 +42,33 @@ DATAFUSION_33_FUNCTIONS: Final = {
 """DataFusion 33's ScalarFunction numbers (datafusion.proto) of the functions translated."""
 
 
-Compare = Callable[[str, Expr, Expr], Expr]
-"""A comparison as the predicate makes them (floats in DataFusion's order)."""
-Make = Callable[[str, Sequence[Expr], Compare], Expr]
+Make = Callable[[str, Sequence[Expr], FloatOrder], Expr]
+"""A function's translation, given its name, its translated arguments and how the predicate
+compares (floats in DataFusion's order)."""
 
 
 def _unary(function: str) -> Make:
-    def make(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
+    def make(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
         _arity(name, args, 1, 1)
         return Call(function, (args[0],))
 
     return make
 
 
-def _round(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
+def _trunc(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
+    """DataFusion's trunc of a float zero is 0.0, of -0.0 too (Arrow's keeps -0.0); of -0.5
+    it is -0.0, as Arrow's (IN and nullif tell the zeros apart)."""
+    _arity(name, args, 1, 1)
+    value = args[0]
+    truncated = Call("trunc", (value,))
+    kind = order.float_type(value)
+    if kind is None:
+        return truncated
+    zero = Literal(pa.scalar(0.0, kind))
+    return Call("if_else", (Call("equal", (value, zero)), zero, truncated))
+
+
+def _round(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
     _arity(name, args, 1, 2)
     digits = 0
     if len(args) == 2:
@@ -64,7 +78,7 @@ def _round(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
 
 
 def _trim(side: str) -> Make:
-    def make(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
+    def make(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
         _arity(name, args, 1, 2)
         characters = " " if len(args) == 1 else string_option(args[1], f"{name}'s second argument")
         if characters is None:
@@ -74,7 +88,7 @@ def _trim(side: str) -> Make:
     return make
 
 
-def _starts_with(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
+def _starts_with(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
     _arity(name, args, 2, 2)
     prefix = string_option(args[1], f"{name}'s second argument")
     if prefix is None:
@@ -82,20 +96,21 @@ def _starts_with(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
     return Call("starts_with", (args[0],), pc.MatchSubstringOptions(prefix))
 
 
-def _coalesce(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
+def _coalesce(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
     _arity(name, args, 1, None)
     return Call("coalesce", tuple(args))
 
 
-def _nullif(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
-    """NULL where a = b (NaN equal to NaN), else a (a NULL comparison keeps a)."""
+def _nullif(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
+    """NULL where a = b (a NaN equal to a NaN of its sign, -0.0 not to 0.0), else a (a NULL
+    comparison keeps a)."""
     _arity(name, args, 2, 2)
     value, other = args
-    equal = Call("coalesce", (compare("equal", value, other), FALSE))
+    equal = Call("coalesce", (order.same(value, other), FALSE))
     return Call("if_else", (equal, Literal(pa.scalar(None)), value))
 
 
-def _concat(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
+def _concat(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
     """DataFusion's concat skips NULL arguments (all NULL: an empty string)."""
     _arity(name, args, 1, None)
     options = pc.JoinOptions(null_handling="replace", null_replacement="")
@@ -106,7 +121,7 @@ _FUNCTIONS: Final[dict[str, Make]] = {
     "abs": _unary("abs"),
     "ceil": _unary("ceil"),
     "floor": _unary("floor"),
-    "trunc": _unary("trunc"),
+    "trunc": _trunc,
     "sqrt": _unary("sqrt"),
     "round": _round,
     "lower": _unary("utf8_lower"),
@@ -122,13 +137,13 @@ _FUNCTIONS: Final[dict[str, Make]] = {
 }
 
 
-def function_call(name: str, args: Sequence[Expr], compare: Compare) -> Expr:
+def function_call(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
     """DataFusion's function `name` over translated `args`; InvalidArgument if it is not one
     translated or its arguments are not what it takes."""
     make = _FUNCTIONS.get(name)
     if make is None:
         raise InvalidArgument(f"DataFusion function {name!r} is not supported in a predicate here")
-    return make(name, args, compare)
+    return make(name, args, order)
 
 
 def _arity(name: str, args: Sequence[Expr], least: int, most: int | None) -> None:

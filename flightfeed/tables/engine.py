@@ -24,8 +24,8 @@ from ..concurrency import read_ahead
 from ..errors import InvalidArgument
 from ..plan.base import closing
 from ..plan.expr import Expr, evaluate
-from ..plan.functions import BuiltinFunctions
 from ..plan.merge import merge
+from .datafusion_floats import PredicateFunctions
 from .options import TableOptions
 from .predicate import split_predicates
 from .schema import TableSchema
@@ -39,8 +39,9 @@ PREDICATE_BUDGET_BYTES: Final = 256 << 20
 runs in no task, so this is its memory budget. Over it the read is RESOURCE_EXHAUSTED."""
 
 
-class _ReadFunctions(BuiltinFunctions):
-    """The functions a read's predicates call: Arrow's, within PREDICATE_BUDGET_BYTES."""
+class _ReadFunctions(PredicateFunctions):
+    """The functions a read's predicates call: Arrow's and a float's sign (HoraeDB's
+    predicates compare NaN by it), within PREDICATE_BUDGET_BYTES."""
 
     memory_budget_bytes: int | None = PREDICATE_BUDGET_BYTES
 

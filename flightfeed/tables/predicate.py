@@ -2,9 +2,10 @@
 
 Conjuncts DuckDB evaluates exactly as Arrow would go into the scan's WHERE (its zone maps skip
 what they rule out): comparisons of a column with a literal, NOT of one, IS [NOT] NULL, is_nan
-of a float column, IN of a value set, and Kleene AND/OR of those. NaN is where the engines
-differ (DuckDB orders it above every number and equal to itself, Arrow compares it false):
-float comparisons are written so both agree, and one with a NaN literal stays with Arrow.
+and signbit of a float column (and NOT of those), IN of a value set, and Kleene AND/OR of
+those. NaN is where the engines differ (DuckDB orders it above every number and equal to
+itself, Arrow compares it false): float comparisons are written so both agree, and one with a
+NaN literal stays with Arrow.
 Everything else (other functions, non-Kleene `or`, whose NULL handling differs from SQL's) is
 evaluated on the scanned batches by pyarrow.compute, so every predicate is honoured wherever
 it runs. Literals travel as bound parameters, never as SQL text.
@@ -21,8 +22,8 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgument
 from ..plan.expr import Call, Column, Expr, Literal, output_type
-from ..plan.functions import BUILTINS
 from ..plan.options_codec import options_field, set_lookup_values
+from .datafusion_floats import PREDICATE_FUNCTIONS
 from .store import SqlPredicate
 
 _COMPARISONS: Final = {
@@ -34,6 +35,8 @@ _COMPARISONS: Final = {
     "greater_equal": ">=",
 }
 _FLIPPED: Final = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "=": "=", "<>": "<>"}
+_FLOAT_TESTS: Final = {"is_nan": "isnan", "signbit": "signbit"}
+"""Tests of a float column both engines answer alike (signbit: datafusion_floats.SIGNBIT)."""
 _CONJUNCTIONS: Final = ("and", "and_kleene")
 
 
@@ -56,7 +59,7 @@ class SplitPredicates:
 def split_predicates(exprs: Sequence[Expr], schema: pa.Schema) -> SplitPredicates:
     """Each predicate checked (its columns exist, it is boolean), then split in conjuncts."""
     for expr in exprs:
-        kind = output_type(expr, schema, BUILTINS)
+        kind = output_type(expr, schema, PREDICATE_FUNCTIONS)
         if not pa.types.is_boolean(kind):
             raise InvalidArgument(f"a predicate must be boolean: {expr} is {kind}")
     pushed: list[SqlPredicate] = []
@@ -91,14 +94,16 @@ def _to_sql(expr: Expr, schema: pa.Schema) -> SqlPredicate | None:
         if column is None:
             return None
         return SqlPredicate(f"{column} IS {'NOT ' if name == 'is_valid' else ''}NULL")
-    if name == "is_nan" and len(args) == 1 and isinstance(args[0], Column):
+    if name in _FLOAT_TESTS and len(args) == 1 and isinstance(args[0], Column):
         column = _column(args[0], schema)
         if column is None or not pa.types.is_floating(schema.field(args[0].name).type):
             return None
-        return SqlPredicate(f"isnan({column})")  # NULL for NULL, as Arrow's
+        return SqlPredicate(f"{_FLOAT_TESTS[name]}({column})")  # NULL for NULL, as Arrow's
     if name == "invert" and len(args) == 1:
         inner = args[0]
-        if isinstance(inner, Call) and inner.function in _COMPARISONS:
+        if isinstance(inner, Call) and (
+            inner.function in _COMPARISONS or inner.function in _FLOAT_TESTS
+        ):
             sql = _to_sql(inner, schema)
             return None if sql is None else SqlPredicate(f"NOT ({sql.sql})", sql.params)
         return None
