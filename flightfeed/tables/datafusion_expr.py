@@ -135,7 +135,7 @@ def _translate(
     if isinstance(value, CaseNode):
         return _case(value, inner, order)
     if isinstance(value, CastNode):
-        return _cast(inner(value.expr), arrow_type(value.arrow_type))
+        return _cast(inner(value.expr), arrow_type(value.arrow_type), order)
     if isinstance(value, ScalarFunctionNode):
         name = DATAFUSION_33_FUNCTIONS.get(value.fun)
         if name is None:
@@ -303,6 +303,11 @@ def _like(node: LikeNode, inner: Translate, *, ignore_case: bool) -> Expr:
         )
     word = "ILIKE" if ignore_case else "LIKE"
     value, pattern = inner(node.expr), inner(node.pattern)
+    text = string_option(pattern, f"the pattern of {word}")
+    if text is not None and (len(text) - len(text.rstrip("\\"))) % 2:
+        # A pattern ending in an escape that escapes nothing: DataFusion matches a backslash
+        # there, Arrow would drop it.
+        pattern = Literal(pa.scalar(text + "\\", pa.string()))
     return _matches("match_like", value, pattern, word, ignore_case, node.negated)
 
 
@@ -337,10 +342,26 @@ def _case(node: CaseNode, inner: Translate, order: FloatOrder) -> Expr:
     return Call("case_when", (Call("make_struct", tuple(conditions), names), *values))
 
 
-def _cast(value: Expr, target: pa.DataType) -> Expr:
+def _cast(value: Expr, target: pa.DataType, order: FloatOrder) -> Expr:
+    source = order.type_of(value)
+    if _written_differently(source) and (
+        pa.types.is_string(target) or pa.types.is_large_string(target)
+    ):
+        raise InvalidArgument(
+            f"DataFusion's cast of {source} to a string is not supported in a predicate here:"
+            " its text differs from Arrow's (1.0 is '1.0' there, '1' here)"
+        )
     options = pc.CastOptions.safe(target)
     options.allow_float_truncate = True  # arrow-rs truncates a float cast to an integer
     return Call("cast", (value,), options)
+
+
+def _written_differently(kind: pa.DataType | None) -> bool:
+    """Types arrow-rs and Arrow C++ write as different text: floats, times, timestamps,
+    durations (dates alike, integers, decimals and booleans too)."""
+    if kind is None or pa.types.is_date(kind):
+        return False
+    return bool(pa.types.is_floating(kind) or pa.types.is_temporal(kind))
 
 
 def _negated(expr: Expr, negated: bool) -> Expr:

@@ -157,8 +157,14 @@ class FloatOrder:
 
     def float_type(self, expr: Expr) -> pa.DataType | None:
         """The float type of `expr`, if it has one (None: not a float, or not known)."""
-        kind = expr.value.type if isinstance(expr, Literal) else self._type(expr)
+        kind = self.type_of(expr)
         return kind if kind is not None and pa.types.is_floating(kind) else None
+
+    def type_of(self, expr: Expr) -> pa.DataType | None:
+        """The type of `expr` over the table (None: not known)."""
+        if isinstance(expr, Literal):
+            return expr.value.type
+        return self._type(expr)
 
     def _type(self, expr: Expr) -> pa.DataType | None:
         if self.schema is None:
