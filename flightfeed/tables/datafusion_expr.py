@@ -23,6 +23,7 @@ overflow in both.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -319,6 +320,8 @@ def _matches(
     text = string_option(pattern, f"the pattern of {what}")
     if text is None:
         return NULL_BOOL
+    if function == "match_substring_regex":
+        _check_regex(text)
     options = pc.MatchSubstringOptions(text, ignore_case=ignore_case)
     return _negated(Call(function, (value,), options), negated)
 
@@ -351,9 +354,39 @@ def _cast(value: Expr, target: pa.DataType, order: FloatOrder) -> Expr:
             f"DataFusion's cast of {source} to a string is not supported in a predicate here:"
             " its text differs from Arrow's (1.0 is '1.0' there, '1' here)"
         )
+    if source is not None and _float_and_decimal(source, target):
+        raise InvalidArgument(
+            f"DataFusion's cast of {source} to {target} is not supported in a predicate here:"
+            " it rounds otherwise than Arrow's (0.125 is 0.13 there, 0.12 here)"
+        )
     options = pc.CastOptions.safe(target)
     options.allow_float_truncate = True  # arrow-rs truncates a float cast to an integer
     return Call("cast", (value,), options)
+
+
+_RUST_ONLY_REGEX: Final = re.compile(
+    r"\\[dDwWsSbB]|\[\[|&&|--|~~|\(\?[a-zA-Z]*u|\+\+|\*\+|\?\+|\}\+"
+)
+"""Where Rust's `regex` (DataFusion's) and RE2 (Arrow's) read a pattern differently: the
+Perl classes and word boundaries are Unicode-aware in Rust and ASCII in RE2, Rust nests
+classes and has set operations in them (`[[a]b]`, `[a&&b]`), and `(?u)` and possessive
+repetitions (`a++`) are Rust's syntax only. Such a pattern is refused, never half-matched."""
+
+
+def _check_regex(pattern: str) -> None:
+    found = _RUST_ONLY_REGEX.search(pattern)
+    if found is not None:
+        raise InvalidArgument(
+            f"a DataFusion regular expression with {found.group()!r} is not supported in a"
+            " predicate here: Rust's regex and Arrow's RE2 read it differently"
+        )
+
+
+def _float_and_decimal(source: pa.DataType, target: pa.DataType) -> bool:
+    kinds = (source, target)
+    return any(pa.types.is_floating(k) for k in kinds) and any(
+        pa.types.is_decimal(k) for k in kinds
+    )
 
 
 def _written_differently(kind: pa.DataType | None) -> bool:
