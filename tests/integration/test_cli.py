@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
+from helpers.coordinator_command import coordinator_command
 from helpers.worker_process import start_worker
 from helpers.worker_process import worker_process as live_worker
 
@@ -275,22 +276,8 @@ def test_coordinator_serves_the_seed_scan_to_any_flight_client() -> None:
     from flightfeed.coordinator import table_command
     from flightfeed.examples.chunk_scan import scan_rows
 
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "flightfeed.cli", "coordinator", "--port", "0",
-            "--tables", "flightfeed.examples.chunk_scan:catalog", "--local-workers", "2",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "listening on grpc://" in line, line + (proc.stderr.read() if proc.stderr else "")
+    with coordinator_command("--local-workers", "2") as (proc, location, line):
         assert "(scan; 2 workers)" in line
-        location = line.split("listening on ", 1)[1].split(" ", 1)[0]
         seed = (2, "3,1", "2", "4", "1,1")
         with flight.connect(location) as client:
             descriptor = flight.FlightDescriptor.for_command(table_command("scan", seed))
@@ -304,10 +291,6 @@ def test_coordinator_serves_the_seed_scan_to_any_flight_client() -> None:
         assert got.equals(want)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def test_coordinator_names_the_workers_it_cannot_reach_at_start() -> None:
@@ -316,30 +299,14 @@ def test_coordinator_names_the_workers_it_cannot_reach_at_start() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
         refused = f"grpc://127.0.0.1:{closed.getsockname()[1]}"
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "flightfeed.cli", "coordinator", "--port", "0",
-                "--tables", "flightfeed.examples.chunk_scan:catalog", "--worker", refused,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-        try:
-            assert proc.stdout is not None
+        with coordinator_command("--worker", refused) as (proc, _, _):
             assert proc.stderr is not None
-            assert "listening on grpc://" in proc.stdout.readline()
             warning = proc.stderr.readline()
             assert f"WARNING flightfeed: {refused} did not answer GetWorkerInfo" in warning
             assert "Connection refused" in warning
             assert "queries run without it until it answers" in warning
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
 
 
 def test_coordinator_without_workers_or_catalog_is_a_clear_error() -> None:

@@ -6,9 +6,7 @@ run reads no unit twice."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from helpers.coordinator_command import coordinator_command
 from helpers.spark_fixtures import ConnectServer, spark_env
 
 from flightfeed.examples.chunk_scan import scan_rows
@@ -30,23 +29,8 @@ BY_TASK_AND_PARTITION = [("task", "ascending"), ("partition", "ascending")]
 @pytest.fixture(scope="module")
 def coordinator() -> Iterator[str]:
     """`flightfeed coordinator` serving the seeds' chunk scan on two local workers."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flightfeed.cli", "coordinator", "--port", "0",
-         "--tables", "flightfeed.examples.chunk_scan:catalog", "--local-workers", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "listening on grpc://" in line, line + (proc.stderr.read() if proc.stderr else "")
-        yield line.split("listening on ", 1)[1].split(" ", 1)[0]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with coordinator_command("--local-workers", "2") as (_, location, _):
+        yield location
 
 
 def pipeline_project(destination: Path, coordinator: str) -> Path:

@@ -5,8 +5,6 @@ trustme, a test CA."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import pytest
 from helpers.certificates import Certificates, make_certificates
+from helpers.coordinator_command import coordinator_command
 from helpers.worker_process import worker_process
 
 from flightfeed.coordinator import Coordinator
@@ -145,20 +144,11 @@ def test_a_plain_coordinator_reaches_tls_workers_with_peer_tls_ca(certs: Certifi
         assert "to trust the CA of grpc+tls:// peers only, give it as --peer-tls-ca" in (
             refused.stderr
         )
-        proc = subprocess.Popen(
-            [*command, "--peer-tls-ca", str(certs.ca)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert "listening on grpc://" in line, line + (
-                proc.stderr.read() if proc.stderr else ""
-            )
-            location = line.split("listening on ", 1)[1].split(" ", 1)[0]
+        with coordinator_command("--worker", worker, "--peer-tls-ca", str(certs.ca)) as (
+            _,
+            location,
+            _,
+        ):
             seed = (1, "3,1", "2")
             with fl.connect(location) as client:  # no certificate: the port asks for none
                 info = client.get_flight_info(
@@ -172,10 +162,3 @@ def test_a_plain_coordinator_reaches_tls_workers_with_peer_tls_ca(certs: Certifi
                     parts.append(reader.do_get(endpoint.ticket).read_all())
             got = pa.concat_tables(parts).sort_by("partition")
             assert got.equals(scan_rows(*seed).sort_by("partition"))
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
