@@ -258,6 +258,10 @@ def added_columns(schema: TableSchema, specs: Sequence[ColumnSpec]) -> list[Colu
 # --- the worker ------------------------------------------------------------------------------
 
 
+_NO_SUCH_TABLE = TableName.of("__flightfeed_probe__")
+"""A name `list` asks about to learn whether a worker serves tables at all."""
+
+
 def _identifier(name: TableName) -> TableIdentifier:
     return TableIdentifier(catalog=name.catalog, schema=name.schema, table=name.table)
 
@@ -352,6 +356,10 @@ class WorkerTables:
             if len(path) != 3:
                 continue  # not a table (a worker lists only tables)
             found.append((TableName.of(path[2], path[0], path[1]), schema_from_ipc(info.schema)))
+        if not found:
+            # A worker without --data-dir and a coordinator list no tables either: only the
+            # table service tells them from a worker whose tables are all dropped.
+            await self.exists(_NO_SUCH_TABLE)
         return sorted(found, key=lambda item: str(item[0]))
 
     async def info(self, name: TableName) -> TableInfo:

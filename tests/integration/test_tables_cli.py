@@ -172,6 +172,22 @@ def test_list_of_a_worker_without_tables_says_so_on_stderr(
         assert (code, json.loads(out), err) == (0, [], "")
 
 
+def test_list_of_a_worker_that_holds_no_tables_is_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A worker started without --data-dir (or a coordinator) listed as "no tables", exit 0, as
+    if it were a worker whose tables were all dropped."""
+    with live_worker() as (_, location):
+        for json_flag in ([], ["--json"]):
+            code, out, err = tables(capsys, "list", "--worker", location, *json_flag)
+            assert (code, out) == (1, "")
+            assert err == (
+                f"flightfeed: error: list tables on {location}: the worker does not serve"
+                " RemoteEngineService (a flightfeed worker serves tables when started with"
+                " --data-dir DIR)\n"
+            )
+
+
 def test_list_names_every_table(worker: str, capsys: pytest.CaptureFixture[str]) -> None:
     create(capsys, worker, "listed_a")
     create(capsys, worker, "a.b.listed_b")
