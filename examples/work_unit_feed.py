@@ -39,19 +39,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from flightfeed.spark import error_message, explain, spark_session, sql
+    from flightfeed.spark import error_message, explain, interruptible, spark_session, sql
 
     with serve_in_background(catalog(), local_workers=args.workers) as cluster:
         spark = spark_session(
             "work_unit_feed", master=args.master, remote=args.remote, ctrl_c="plain"
         )
         try:
-            df = sql(spark, cluster.location, args.query)
+            df = interruptible(spark, lambda: sql(spark, cluster.location, args.query))
             if args.show_distributed_plan:
-                df.explain(mode="formatted")
+                interruptible(spark, lambda: df.explain(mode="formatted"))
                 print(explain(cluster.location, args.query))
             else:
-                df.show(n=1000, truncate=False)
+                interruptible(spark, lambda: df.show(n=1000, truncate=False))
         except Exception as exc:
             print(f"error: {error_message(exc)}", file=sys.stderr)
             return 1

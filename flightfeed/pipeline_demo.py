@@ -92,7 +92,7 @@ def run_pipeline(workers: int = 2) -> PipelineResult:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from .spark import java_runtime, local_session, sql
+    from .spark import interruptible, java_runtime, local_session, sql
 
     try:
         java_runtime()
@@ -130,7 +130,9 @@ def run_pipeline(workers: int = 2) -> PipelineResult:
                 found = progress.add_task("chunks discovered on the coordinator", total=chunks)
                 done = progress.add_task("chunks processed on the workers", total=chunks)
                 with observe_chunks(_Progress(progress, found, done)):
-                    result = sql(spark, cluster.location, query).toArrow()
+                    result = interruptible(
+                        spark, lambda: sql(spark, cluster.location, query).toArrow()
+                    )
             seconds = time.perf_counter() - started
     finally:
         spark.stop()

@@ -21,13 +21,13 @@ except ImportError as missing:  # say what to install, not only what is missing
         name=missing.name,
     ) from missing
 
+from .interrupts import interruptible, plain_interrupts
 from .pipelines import register_in_pipeline
 from .session import (
     check_python_workers,
     connect_session,
     java_runtime,
     local_session,
-    plain_interrupts,
     register,
     spark_session,
 )
@@ -56,6 +56,7 @@ __all__ = [
     "connect_session",
     "error_message",
     "explain",
+    "interruptible",
     "java_runtime",
     "local_session",
     "plain_interrupts",

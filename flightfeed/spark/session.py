@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -16,6 +14,7 @@ import pyarrow as pa
 
 from .._version import __version__
 from ..errors import FlightfeedError, InvalidArgument
+from .interrupts import held_interrupts, on_a_thread, plain_interrupts
 from .source import FlightfeedDataSource
 
 CtrlC = Literal["pyspark", "plain"]
@@ -99,8 +98,9 @@ def local_session(
 ) -> Any:
     """A SparkSession ready for flightfeed: a local one by default, or `master` (a cluster
     URL); Spark's Python workers run this interpreter unless PYSPARK_PYTHON says otherwise.
-    `ctrl_c="plain"`: `plain_interrupts()` as soon as the session exists, before the check of
-    its workers (a Spark job of a few seconds)."""
+    `ctrl_c="plain"`: a Ctrl-C during the start (the JVM, the check of Spark's Python workers:
+    a few seconds) stops the session once it is up and raises KeyboardInterrupt; after the
+    start, `plain_interrupts()`."""
     if ctrl_c not in ("pyspark", "plain"):
         raise InvalidArgument(f"ctrl_c must be 'pyspark' or 'plain', not {ctrl_c!r}")
     java_runtime()
@@ -110,10 +110,21 @@ def local_session(
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in {**LOCAL_DEFAULTS, **conf}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    if ctrl_c == "plain":
-        plain_interrupts()
-    register(spark)
+    if ctrl_c == "pyspark":
+        spark = builder.getOrCreate()
+        register(spark)
+        return spark
+    with held_interrupts() as interrupted:
+        spark = on_a_thread(builder.getOrCreate, "flightfeed-spark-start")
+        try:
+            on_a_thread(lambda: register(spark), "flightfeed-spark-check")
+        except BaseException:
+            if not interrupted:
+                raise
+        if interrupted:  # the session is up (its JVM would outlive us): stop it
+            spark.stop()
+            raise KeyboardInterrupt
+    plain_interrupts()
     return spark
 
 
@@ -125,19 +136,6 @@ def connect_session(remote: str, app_name: str = "flightfeed") -> Any:
     spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
     register(spark)
     return spark
-
-
-def plain_interrupts() -> None:
-    """Make Ctrl-C raise KeyboardInterrupt again, as before a classic session started (call it
-    after the session starts, from a program's main thread; elsewhere it does nothing).
-
-    PySpark's own handler cancels the session's jobs from inside the signal handler: a call into
-    the JVM while the interrupted one still reads the same py4j socket, so each logs tracebacks
-    (~260 lines) before the interrupt gets through. Stopping the session cancels the jobs. A
-    notebook, where Ctrl-C should cancel a job and keep the session, wants PySpark's handler:
-    leave it there."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def spark_session(

@@ -1,11 +1,14 @@
 """The README's main job runs and its results match their references: the Spark pipeline over
-runtime work first, then the layers under it."""
+runtime work first, then the layers under it; Ctrl-C stops it with one line at any point."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +60,67 @@ def test_the_demo_without_java_says_how_to_run_without_spark() -> None:
     assert "has no bin/java" in out.stderr
     assert "or run `flightfeed demo --no-spark`, the demo without Spark" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _live_members(group: int) -> list[str]:
+    """The processes of a process group that still run (zombies aside), as their command names."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        name, _, rest = text.rpartition(")")
+        state, _, pgrp = rest.split()[:3]
+        if int(pgrp) == group and state != "Z":
+            found.append(name.partition("(")[2])
+    return found
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("moment", "marker"),
+    [("while Spark starts", "1. A Spark pipeline"), ("while Spark reads", "Spark SQL:")],
+)
+def test_ctrl_c_stops_the_demo_with_one_line_and_leaves_no_jvm(moment: str, marker: str) -> None:
+    """Ctrl-C as a terminal sends it, to the whole process group: once Spark's JVM is launching,
+    or a second into the pipeline's read (which takes several). In the first, the demo exited
+    but the JVM (which ignores SIGINT) lived on, holding the terminal's output; in the second,
+    py4j logged a traceback of the interrupted call."""
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "flightfeed.cli", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"},
+    )
+    group = demo.pid
+    try:
+        assert demo.stdout is not None
+        seen = [""]
+        for line in demo.stdout:
+            seen.append(line)
+            if line.startswith(marker):
+                break
+        assert seen[-1].startswith(marker), "".join(seen)
+        if moment == "while Spark starts":
+            deadline = time.monotonic() + 60
+            while "java" not in _live_members(group) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "java" in _live_members(group)
+        else:
+            time.sleep(1)
+        os.killpg(group, signal.SIGINT)
+        out, err = demo.communicate(timeout=120)
+        assert demo.returncode == 130, f"{moment}: {out}{err}"
+        lines = [line for line in err.splitlines() if "incubator modules" not in line]
+        assert lines == ["flightfeed: interrupted"], f"{moment}: {err}"
+        deadline = time.monotonic() + 30  # the JVM exits once its gateway is closed
+        while _live_members(group) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _live_members(group) == [], moment
+    finally:
+        if _live_members(group):
+            os.killpg(group, signal.SIGKILL)
+        demo.wait()
