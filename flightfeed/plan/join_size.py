@@ -21,7 +21,37 @@ CHEAP_BOUND_BYTES = 64 << 20
 
 
 def _row_width(table: pa.Table) -> float:
-    return table.nbytes / table.num_rows if table.num_rows else 0.0
+    """Bytes a row of `table` takes, at least what its schema takes for a row of nulls: an outer
+    join fills the missing side's columns so (and an empty side's rows measure nothing)."""
+    measured = table.nbytes / table.num_rows if table.num_rows else 0.0
+    return max(measured, sum(_null_row_width(field.type) for field in table.schema))
+
+
+def _null_row_width(data_type: pa.DataType) -> float:
+    """Bytes of one null value of `data_type` in Arrow's layout, validity bits aside: a fixed
+    width type keeps its value slot, a variable one its offset (or view)."""
+    if pa.types.is_struct(data_type):
+        return sum(_null_row_width(data_type.field(i).type) for i in range(data_type.num_fields))
+    if pa.types.is_fixed_size_list(data_type):
+        return float(data_type.list_size) * _null_row_width(data_type.value_type)
+    if pa.types.is_dictionary(data_type):
+        return float(data_type.index_type.bit_width) / 8
+    if pa.types.is_null(data_type):
+        return 0.0
+    if pa.types.is_large_string(data_type) or pa.types.is_large_binary(data_type):
+        return 8.0
+    if pa.types.is_large_list(data_type):
+        return 8.0
+    if pa.types.is_list_view(data_type):  # an offset and a size
+        return 8.0
+    if pa.types.is_large_list_view(data_type):
+        return 16.0
+    if pa.types.is_string_view(data_type) or pa.types.is_binary_view(data_type):
+        return 16.0
+    try:
+        return float(data_type.bit_width) / 8
+    except ValueError:  # variable width: string, binary, list, map (32-bit offsets)
+        return 4.0
 
 
 def matched_rows(

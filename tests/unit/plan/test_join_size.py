@@ -55,3 +55,15 @@ def test_a_huge_join_is_counted_from_its_keys_not_its_worst_case() -> None:
     assert estimate_join_bytes(lt, rt, ["a"], ["b"], "inner") >= n * n * 32
     distinct = tables(list(range(n)), list(range(n)))
     assert estimate_join_bytes(*distinct, ["a"], ["b"], "inner") < 4 * (lt.nbytes + rt.nbytes)
+
+
+def test_an_outer_join_with_an_empty_side_counts_the_null_columns_it_adds() -> None:
+    """An empty side measures 0 bytes a row, yet the outer rows get its columns, null: 539
+    estimated bytes for a 553-byte output (found by the property above)."""
+    lt, rt = tables([None] * 17, [])
+    for join_type in ("left outer", "full outer"):
+        out = lt.join(rt, "a", "b", join_type=join_type, coalesce_keys=False)
+        assert estimate_join_bytes(lt, rt, ["a"], ["b"], join_type) >= out.nbytes
+    wide = pa.table({"b": pa.array([], pa.int64()), "s": pa.array([], pa.large_string())})
+    out = lt.join(wide, "a", "b", join_type="left outer", coalesce_keys=False)
+    assert estimate_join_bytes(lt, wide, ["a"], ["b"], "left outer") >= out.nbytes
