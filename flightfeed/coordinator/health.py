@@ -4,8 +4,9 @@ At query start every worker the resolver names is connected (and version-checked
 that cannot be reached, or that recently failed a query (lost connection, no reply to a
 keepalive PING), is left out, and the query runs on the others. A worker that answers wrongly
 (another version, say) is not skipped: the query fails saying so. A worker left out is tried
-again `recheck_after` seconds later. Only when none is left does the query fail, naming each
-worker and why.
+again `recheck_after` seconds later, and stays out while its GetWorkerInfo says it is shutting
+down (draining: it finishes its tasks over its open connection, and refuses new ones). Only when
+none is left does the query fail, naming each worker and why.
 
 After a query attempt fails, `lost` asks each of its workers for its version over its live
 channel, with a short deadline: a worker that does not answer (killed, stopped, cut off) is
@@ -29,6 +30,7 @@ DEFAULT_RECHECK_AFTER: Final = 5.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_PROBE_TIMEOUT: Final = 3.0
 """How long a worker has to answer GetWorkerInfo after a query on it failed."""
+SHUTTING_DOWN: Final = "the worker is shutting down (it says so in GetWorkerInfo)"
 
 
 @dataclass
@@ -49,7 +51,11 @@ class WorkerHealth:
         async def check(url: str) -> None:
             try:
                 with anyio.fail_after(self.connect_timeout):
-                    await self.channels.channel(url)
+                    channel = await self.channels.channel(url)
+                    if url in self.down and (await channel.worker_info()).draining:
+                        self.down[url] = (anyio.current_time(), SHUTTING_DOWN)
+                        reachable[url] = False
+                        return
             except (RemoteError, OSError, TimeoutError) as exc:
                 if isinstance(exc, RemoteError) and exc.grpc_status is not Status.UNAVAILABLE:
                     wrong.append(exc)  # reached, and something else is wrong
@@ -69,8 +75,9 @@ class WorkerHealth:
             if url not in self.down or now - self.down[url][0] >= self.recheck_after
         ]
         for url in due:
-            if self.channels.is_open(url):  # connected and checked: nothing to wait for
-                self.down.pop(url, None)
+            # connected and checked: nothing to wait for, unless it was left out (it may be
+            # shutting down still, its connection open for the tasks it finishes)
+            if self.channels.is_open(url) and url not in self.down:
                 reachable[url] = True
         connecting = [url for url in due if url not in reachable]
         if connecting:

@@ -1,5 +1,6 @@
 """GetWorkerInfo: the worker's version, so coordinators refuse mismatched workers; its feed
-window, so coordinators send a new task's first units without waiting for a grant; and what it
+window, so coordinators send a new task's first units without waiting for a grant; whether it
+is shutting down, so coordinators leave it out of new queries meanwhile; and what it
 holds now (tasks, waiting ExecuteTasks, event-loop tasks, calls) and how often it gave memory
 back, so operators and load tests can see that state is dropped once queries end."""
 
@@ -21,4 +22,5 @@ def get_worker_info(state: WorkerState | None = None) -> GetWorkerInfoResponse:
         info.calls = state.calls.running
         info.memory_releases = state.memory_releases
         info.feed_window = state.config.feed_credits
+        info.draining = state.registry.draining
     return info

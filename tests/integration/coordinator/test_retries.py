@@ -280,3 +280,21 @@ async def test_a_shutting_down_worker_gets_no_new_work() -> None:
         assert again.metrics is not None
         assert not again.metrics.failed_attempts
         assert {r.worker_url for r in again.metrics.tasks.values()} == {workers[1].location}
+
+        # Rechecked, it says it is still shutting down (GetWorkerInfo): it stays out, where
+        # its open connection made it usable again, and each query had a task refused
+        coordinator.health.recheck_after = 0
+        for _ in range(2):
+            async with coordinator.execute(shuffled_count(UnitProvider([3, 3]))) as later:
+                assert sum([batch.num_rows async for batch in later]) == 6
+            assert later.metrics is not None
+            assert not later.metrics.failed_attempts
+            assert {r.worker_url for r in later.metrics.tasks.values()} == {workers[1].location}
+            assert "shutting down" in coordinator.health.down[workers[0].location][1]
+
+        workers[0].registry.draining = False  # (a drain does not end so; here it stands in for
+        async with coordinator.execute(shuffled_count(UnitProvider([3, 3]))) as back:  # a restart)
+            assert sum([batch.num_rows async for batch in back]) == 6
+        assert back.metrics is not None
+        assert {r.worker_url for r in back.metrics.tasks.values()} == {w.location for w in workers}
+        assert workers[0].location not in coordinator.health.down

@@ -722,6 +722,12 @@ class GetWorkerInfoResponse(betterproto2.Message):
     SetPlanRequest (SetPlanRequest.presumed_credits) instead of waiting for the first grant.
     """
 
+    draining: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+    """
+    Extension: the worker is shutting down gracefully: it finishes its tasks and refuses new
+    ones, so a coordinator leaves it out of new queries for as long as this says so.
+    """
+
 
 default_message_pool.register_message(
     "flightfeed.v1", "GetWorkerInfoResponse", GetWorkerInfoResponse
