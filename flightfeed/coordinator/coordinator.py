@@ -760,6 +760,7 @@ class Coordinator:
                     async for batch in stream:
                         runtime.delivered += 1  # (counted first: a retry must see it)
                         await send.send(batch)
+            await runtime.release_tasks()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             runtime.cancel()  # the caller is gone
         except Exception as exc:

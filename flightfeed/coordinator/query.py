@@ -142,6 +142,8 @@ class QueryRuntime:
         self.finished = anyio.Event()
         self.completed = False
         """Every task and the coordinator's part ran to their end."""
+        self.output_complete = False
+        """The coordinator's part of the plan ran to its end: no task output is wanted now."""
         self._cancelled = False
 
     def add(self, run: TaskRun) -> None:
@@ -155,6 +157,16 @@ class QueryRuntime:
         if self.failure is None and not self._cancelled:
             self.failure = query_error(exc, origin)
         self._stop()
+
+    async def release_tasks(self) -> None:
+        """The coordinator's part of the plan ran to its end: tell every task still running
+        that no reader will come for the partitions nobody asked for (a fetch of 0 reads
+        nothing below it). A task whose channel opens later is told by its runner."""
+        self.output_complete = True
+        async with anyio.create_task_group() as tg:
+            for run in self.tasks.values():
+                if run.channel_open is not None and run.record.status == "running":
+                    tg.start_soon(run.channel_open.release)
 
     def cancel(self) -> None:
         """The caller left: stop the query (not a failure)."""

@@ -129,6 +129,8 @@ async def _run(
     async with run.channel.open_task(set_plan, headers=headers) as opened:
         channel = run.channel_open = opened
         run.ready.set()
+        if runtime.output_complete:  # opened after the coordinator's part ended
+            await opened.release()
         try:
             return await _serve(opened, dispatcher, partial(_reads, runtime, run))
         except anyio.get_cancelled_exc_class():

@@ -44,6 +44,11 @@ class TaskChannel(Protocol):
         raises, and does nothing when the channel can no longer carry a message."""
         ...
 
+    async def release(self) -> None:
+        """Tell the worker the query needs nothing more from the task: partitions nobody has
+        asked for will not be. Best effort and bounded, like `cancel`."""
+        ...
+
     async def done_sending(self) -> None:
         """No more control messages (the task keeps running); bounded, never raises."""
         ...

@@ -26,6 +26,7 @@ from .._generated.flightfeed.v1 import (
     CoordinatorToWorkerMsg,
     ExecuteTaskRequest,
     GetWorkerInfoResponse,
+    ReleaseTask,
     SetPlanRequest,
     WorkerToCoordinatorMsg,
     WorkUnitBatch,
@@ -91,6 +92,10 @@ class InProcessTaskChannel(MetricsWaiter):
             await self._inbound.send(CoordinatorToWorkerMsg(work_unit_batch=batch))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             raise Cancelled(f"the task channel to {self._url} is closed") from None
+
+    async def release(self) -> None:
+        with suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._inbound.send_nowait(CoordinatorToWorkerMsg(release_task=ReleaseTask()))
 
     async def cancel(self, reason: str) -> None:
         message = CoordinatorToWorkerMsg(cancel_task=CancelTask(reason=reason))
@@ -197,13 +202,13 @@ class InProcessWorkerChannel:
                 except Exception as exc:
                     await _deliver_failure(outbound, exc)
 
-        failure: Exception | None = None
+        failure: BaseException | None = None
         async with to_worker, from_worker, anyio.create_task_group() as tg:
             await to_worker.send(CoordinatorToWorkerMsg(set_plan_request=set_plan))
             tg.start_soon(serve, name=f"in-process task channel to {self._url}")
             try:
                 yield InProcessTaskChannel(to_worker, from_worker, self._url)
-            except Exception as exc:  # the caller's own error: raised as is, not grouped
+            except (Exception, GeneratorExit) as exc:  # the caller's, raised as is: not grouped
                 failure = exc
             finally:
                 tg.cancel_scope.cancel()  # as a reset stream: the worker drops the task
@@ -226,12 +231,14 @@ class InProcessWorkerChannel:
                 except Exception as exc:
                     await _deliver_failure(send, exc)
 
-        failure: Exception | None = None
+        failure: BaseException | None = None
         async with receive, anyio.create_task_group() as tg:
             tg.start_soon(serve, name=f"in-process ExecuteTask on {self._url}")
             try:
                 yield _Batches(receive)
-            except Exception as exc:  # the caller's own error: raised as is, not grouped
+            except (Exception, GeneratorExit) as exc:
+                # the caller's own error, or its generator closed early (a limit that has its
+                # rows): raised as is, not grouped (a group would escape the caller's handlers)
                 failure = exc
             finally:
                 tg.cancel_scope.cancel()

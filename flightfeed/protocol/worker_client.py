@@ -25,6 +25,7 @@ from .._generated.flightfeed.v1 import (
     ExecuteTaskRequest,
     GetWorkerInfoRequest,
     GetWorkerInfoResponse,
+    ReleaseTask,
     SetPlanRequest,
     WorkUnitBatch,
 )
@@ -87,6 +88,7 @@ class GrpcTaskChannel(MetricsWaiter):
         self._max_message_size = max_message_size
         self._closed = False
         self._interrupted = False
+        self._sending = anyio.Lock(fast_acquire=True)
 
     async def send_work_units(self, batch: WorkUnitBatch) -> None:
         if batch.packed is not None:
@@ -96,11 +98,27 @@ class GrpcTaskChannel(MetricsWaiter):
         await self._send(CoordinatorToWorkerMsg(work_unit_batch=batch), size)
 
     async def _send(self, message: CoordinatorToWorkerMsg, size_hint: int = 0) -> None:
+        async with self._sending:  # the dispatcher's batches and a release may overlap
+            await self._write(message, size_hint)
+
+    async def _write(self, message: CoordinatorToWorkerMsg, size_hint: int = 0) -> None:
         # A send cut short (cancelled) may leave half a message on the stream, after which it
         # must not carry another one, not even a CancelTask.
         self._interrupted = True
         await send_control(self._stream, message, size_hint)
         self._interrupted = False
+
+    async def release(self) -> None:
+        if self._closed:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_SEND_TIMEOUT):
+            async with self._sending:  # after a batch being sent, if any
+                if self._interrupted:
+                    return  # the channel can carry nothing more: the idle TTL ends the task
+                try:
+                    await self._write(CoordinatorToWorkerMsg(release_task=ReleaseTask()))
+                except Exception as exc:  # a channel that is gone has nothing to release
+                    log.debug("ReleaseTask not sent (%s)", exc)
 
     async def cancel(self, reason: str) -> None:
         if self._interrupted or self._closed:

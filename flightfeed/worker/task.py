@@ -162,6 +162,21 @@ class Task:
         if self.outputs is not None and len(self._finished_outputs) >= self.outputs.partitions:
             self.done.set()
 
+    def unneeded(self) -> None:
+        """The query needs nothing more from this task (its coordinator's part of the plan
+        ended): a partition nobody asked for will never be, so the task ends once the readers
+        it has leave (a node with a fetch of 0 reads nothing below it: the task waited for its
+        idle TTL). A replayable task is released."""
+        if self.replayable:
+            self.finish()
+            return
+        if self.outputs is None:  # never read at all
+            self.done.set()
+            return
+        self._finished_outputs.update(set(range(self.outputs.partitions)) - self._claimed)
+        if len(self._finished_outputs) >= self.outputs.partitions:
+            self.done.set()
+
     def take_reads(self) -> list[int]:
         """Replayable: the partitions read to their end since the last call."""
         reads, self.reads_done = sorted(self.reads_done), set()

@@ -80,13 +80,19 @@ def coordinator_options(**overrides: Any) -> dict[str, Any]:
 
 @asynccontextmanager
 async def feed_cluster(
-    workers: int = 2, *, config: WorkerConfig | None = None, **options: Any
+    workers: int = 2,
+    *,
+    config: WorkerConfig | None = None,
+    in_process: bool = False,
+    **options: Any,
 ) -> AsyncIterator[tuple[Coordinator, list[Worker]]]:
-    """Real workers that know both nodes, and a Coordinator that distributes them."""
+    """Real workers that know both nodes (over gRPC, or in this process's memory), and a
+    Coordinator that distributes them."""
     async with start_cluster(
         workers,
         session_builder=feed_session_builder,
         config=config,
+        in_process=in_process,
         **coordinator_options(**options),
     ) as (coordinator, found):
         yield coordinator, found

@@ -247,6 +247,8 @@ async def _control_messages(
         elif kind == "cancel_task":
             task.cancel(f"cancelled by coordinator: {message.cancel_task.reason or 'no reason'}")
             return
+        elif kind == "release_task":
+            task.unneeded()
         elif kind == "set_plan_request":
             raise InvalidArgument(f"task {task.key} already has a plan")
         else:

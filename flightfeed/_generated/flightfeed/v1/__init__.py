@@ -68,6 +68,7 @@ __all__ = (
     "PercentileLatency",
     "PlanNode",
     "ProjectionNode",
+    "ReleaseTask",
     "RepartitionExecHead",
     "RepartitionNode",
     "RowCount",
@@ -428,6 +429,14 @@ class CoordinatorToWorkerMsg(betterproto2.Message):
     )
     """
     Extension: stop the task now and drop its state.
+    """
+
+    release_task: "ReleaseTask | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, optional=True, group="inner"
+    )
+    """
+    Extension: the query needs nothing more from the task (the coordinator's part of the
+    plan ended): output partitions nobody has asked for will not be asked for.
     """
 
 
@@ -1336,6 +1345,19 @@ class ProjectionNode(betterproto2.Message):
 
 
 default_message_pool.register_message("flightfeed.v1", "ProjectionNode", ProjectionNode)
+
+
+@dataclass(eq=False, repr=False)
+class ReleaseTask(betterproto2.Message):
+    """
+    Extension: a task whose output is no longer needed ends once its readers leave, without
+    waiting for readers of its other partitions (they will never come), and reports its metrics.
+    """
+
+    pass
+
+
+default_message_pool.register_message("flightfeed.v1", "ReleaseTask", ReleaseTask)
 
 
 @dataclass(eq=False, repr=False)
