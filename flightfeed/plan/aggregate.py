@@ -67,7 +67,9 @@ def _count(states: Sequence[pa.Array]) -> pa.Array:
 
 def _mean(states: Sequence[pa.Array]) -> pa.Array:
     total, count = states
-    return pc.divide(pc.cast(total, pa.float64()), pc.cast(count, pa.float64()))
+    # Unsafe: a sum past 2^53 has no exact double, and the mean is a double anyway (a safe cast
+    # refused it: "Integer value ... not in range").
+    return pc.divide(pc.cast(total, pa.float64(), safe=False), pc.cast(count, pa.float64()))
 
 
 _VALID = pc.CountOptions(mode="only_valid")

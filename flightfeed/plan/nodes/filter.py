@@ -56,7 +56,10 @@ class Filter(UnaryNode):
                     yield out
 
     def _apply(self, batch: pa.RecordBatch, ctx: TaskContext) -> pa.RecordBatch:
-        return batch.filter(evaluate(self.predicate, batch, ctx.session))
+        mask = evaluate(self.predicate, batch, ctx.session)
+        if pa.types.is_null(mask.type):  # NULL (unknown) everywhere: no row passes
+            return batch.slice(0, 0)
+        return batch.filter(mask)
 
     def __repr__(self) -> str:
         return f"Filter({self.predicate})"

@@ -160,7 +160,10 @@ class HashAggregate(UnaryNode):
         key = None if self._runs_user_code(functions) else _inference_key(self)
         found = None if key is None else _INFERRED.get(key)
         if found is None:
-            found = self._infer(functions)
+            try:
+                found = self._infer(functions)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise InvalidArgument(self._refusal(exc)) from None
             if key is not None:
                 _INFERRED.put(key, found)
         self._schema, self._one_state_is_merged = found
@@ -182,6 +185,16 @@ class HashAggregate(UnaryNode):
             merged.schema
         )
         return self._finish(merged).schema, one_state_is_merged
+
+    def _refusal(self, exc: Exception) -> str:
+        """Arrow's refusal of the keys or aggregates, with what they were over."""
+        types = {f.name: str(f.type) for f in self.child.schema}
+        keys = ", ".join(f"{expr} AS {name}" for expr, name in self.group_by) or "(none)"
+        aggregates = ", ".join(str(a) for a in self.aggregates) or "(none)"
+        return (
+            f"HashAggregate cannot group by {keys} computing {aggregates} over columns"
+            f" {types}: {exc}"
+        )
 
     def _state_columns(self) -> list[str]:
         return [s for names in self._states for s in names]

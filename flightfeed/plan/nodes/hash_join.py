@@ -88,7 +88,20 @@ class HashJoin(PlanNodeBase):
         self.on = tuple(on)
         self.join_type = join_type
         self.collect_left = collect_left
-        self._schema = self._join(left.schema.empty_table(), right.schema.empty_table()).schema
+        try:
+            joined = self._join(left.schema.empty_table(), right.schema.empty_table())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            pairs = [
+                (lk, left.schema.field(lk).type, rk, right.schema.field(rk).type) for lk, rk in on
+            ]
+            keys = ", ".join(f"{lk} ({lt}) = {rk} ({rt})" for lk, lt, rk, rt in pairs)
+            hint = (
+                " (cast one side's key to the other's type in a projection first)"
+                if any(lt != rt for _, lt, _, rt in pairs)
+                else ""
+            )
+            raise InvalidArgument(f"cannot {join_type} join on {keys}: {exc}{hint}") from None
+        self._schema = joined.schema
 
     @property
     def schema(self) -> pa.Schema:

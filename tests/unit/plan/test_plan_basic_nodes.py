@@ -68,6 +68,20 @@ async def test_filter_matches_pyarrow(offload: int) -> None:
     assert sorted_rows(got) == sorted_rows(expected)
 
 
+@pytest.mark.parametrize(
+    "predicate",
+    [lit(None), call("if_else", call("is_valid", col("k")), lit(None), lit(None))],
+    ids=["NULL", "CASE of NULLs"],
+)
+async def test_a_predicate_that_is_null_everywhere_keeps_no_row(predicate: Expr) -> None:
+    """As SQL's WHERE NULL. Accepted when the plan was built, it then failed on every batch
+    with pyarrow's 'Filter argument must be boolean type'."""
+    table = sample_table(40)
+    got = await run(Filter(MemoryScan.from_table(table, 2, batch_rows=16), predicate))
+    assert got.schema == table.schema
+    assert got.num_rows == 0
+
+
 def test_filter_rejects_non_boolean_predicate() -> None:
     with pytest.raises(InvalidArgument, match="not boolean"):
         Filter(MemoryScan.from_table(sample_table(5)), col("v"))

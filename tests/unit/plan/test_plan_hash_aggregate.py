@@ -217,6 +217,41 @@ async def test_aggregate_udf(mode: str, keys: list[str]) -> None:
     assert canonical(got, keys) == canonical(exp, keys)
 
 
+@pytest.mark.parametrize("keys", [[], ["g"]], ids=["no key", "grouped"])
+async def test_the_mean_of_integers_summing_past_2_53_is_their_mean(keys: list[str]) -> None:
+    """The sum has no exact double there; a safe cast of it refused the query ('Integer value
+    18014398509481986 not in range'), which DuckDB answers."""
+    big = 2**53 + 1
+    table = pa.table({"g": ["a", "a", "a"], "v": pa.array([big, big, big], pa.int64())})
+    keys_exprs = [(col(k), k) for k in keys]
+    aggregates = [agg("mean", col("v"), name="mean_v")]
+    partial = HashAggregate(
+        MemoryScan.from_table(table, 3), keys_exprs, aggregates, mode=AggregateMode.PARTIAL
+    )
+    plan = HashAggregate(Coalesce(partial), keys_exprs, aggregates, mode=AggregateMode.FINAL)
+    got = await run(plan)
+    assert got.column("mean_v").to_pylist() == [pytest.approx(big, rel=1e-15)]
+
+
+@pytest.mark.parametrize(
+    ("keys", "aggregate", "reason"),
+    [
+        ([], agg("sum", col("s"), name="x"), "no kernel matching input types"),
+        (["st"], agg("count", name="c"), "Keys of type struct"),
+    ],
+    ids=["sum of strings", "struct key"],
+)
+def test_what_arrow_cannot_aggregate_is_refused_naming_it(
+    keys: list[str], aggregate: AggregateExpr, reason: str
+) -> None:
+    """pyarrow's ArrowNotImplementedError reached the caller as it was, naming no column."""
+    table = pa.table({"s": ["x", "y"], "st": pa.array([{"q": 1}, {"q": 2}])})
+    with pytest.raises(InvalidArgument, match=reason) as refused:
+        HashAggregate(MemoryScan.from_table(table), [(col(k), k) for k in keys], [aggregate])
+    assert str(aggregate) in str(refused.value)
+    assert "'st': 'struct<q: int64>'" in str(refused.value)
+
+
 def test_unknown_aggregate_names_it() -> None:
     scan = MemoryScan.from_table(sample_table(5))
     with pytest.raises(UnknownUdfError, match="median_of_medians"):

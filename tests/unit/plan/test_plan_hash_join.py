@@ -95,3 +95,12 @@ def test_invalid_joins() -> None:
         HashJoin(left, right, ON, "sideways")
     with pytest.raises(InvalidArgument, match="not in the inputs"):
         HashJoin(left, right, [("nope", "rk")])
+
+
+def test_keys_of_different_types_are_refused_naming_both() -> None:
+    """pyarrow's ArrowInvalid ('Incompatible data types for corresponding join field keys')
+    reached the caller as it was."""
+    left = MemoryScan.from_table(pa.table({"a": pa.array([1, 2], pa.int64())}))
+    right = MemoryScan.from_table(pa.table({"b": pa.array([1, 2], pa.int32())}))
+    with pytest.raises(InvalidArgument, match=r"a \(int64\) = b \(int32\).*cast one side's key"):
+        HashJoin(left, right, [("a", "b")])
