@@ -7,12 +7,14 @@ propagate NULLs as SQL does (not of IN or <=>, where Arrow's answer for a NULL d
 Anything else (a nested column, a literal of the wrong type) stays with Spark, which then
 filters those rows itself. So do comparisons and IN on floating-point columns: Spark orders
 NaN above every number and has NaN = NaN, and its IN has -0.0 = 0.0, where Arrow follows
-IEEE 754 and hashes the bits; only IS (NOT) NULL is pushed for them.
+IEEE 754 and hashes the bits; only IS (NOT) NULL is pushed for them. A decimal literal of 28
+significant digits or more stays too: PySpark may have rounded it on its way here.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from decimal import Decimal
+from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,18 +33,25 @@ _STRING_TESTS: dict[str, str] = {
     "StringEndsWith": "ends_with",
     "StringContains": "match_substring",
 }
+ROUNDED_DECIMAL_DIGITS: Final = 28
+"""PySpark hands a filter's decimal literal over in Python's default 28-digit context: one of
+that many significant digits may be a longer one rounded, and is not pushed."""
 _NEGATABLE = frozenset({*_COMPARISONS, *_STRING_TESTS, "IsNull", "IsNotNull"})
 """Filters whose NOT means the same in Arrow as in SQL (NULL in, NULL or a definite answer out)."""
 
 
-def to_expr(spark_filter: Any, schema: pa.Schema) -> Expr | None:
+def to_expr(spark_filter: Any, schema: pa.Schema, *, exact_types: bool = True) -> Expr | None:
     """The flightfeed expression of a pyspark.sql.datasource Filter, or None if it cannot be
-    pushed (Spark keeps it)."""
+    pushed (Spark keeps it). `exact_types`: `schema` holds the columns' own types; otherwise it
+    is Spark's view of them (a query's columns), and a timestamp or string column is cast to
+    that view before it is compared (a query's timestamp[ms, tz=America/New_York] column met a
+    literal of Spark's timestamp[us, tz=UTC], a dictionary one a string test: Arrow has no
+    kernel for either)."""
     kind = type(spark_filter).__name__
     if kind == "Not":
         if type(spark_filter.child).__name__ not in _NEGATABLE:
             return None
-        inner = to_expr(spark_filter.child, schema)
+        inner = to_expr(spark_filter.child, schema, exact_types=exact_types)
         return call("invert", inner) if inner is not None else None
     column = _column(spark_filter, schema)
     if column is None:
@@ -54,23 +63,32 @@ def to_expr(spark_filter: Any, schema: pa.Schema) -> Expr | None:
         return call("is_valid", col(name))
     if pa.types.is_floating(field.type):
         return None  # NaN and -0.0 mean other things to Spark (module docstring)
+    values = _column_values(name, field.type, exact_types)
     if kind in _COMPARISONS:
         value = _literal(spark_filter.value, field.type)
-        return call(_COMPARISONS[kind], col(name), value) if value is not None else None
+        return call(_COMPARISONS[kind], values, value) if value is not None else None
     if kind == "EqualNullSafe":  # NULL <=> x is false for x not null: equal, then filtered
         if spark_filter.value is None:
             return call("is_null", col(name))
         value = _literal(spark_filter.value, field.type)
-        return call("equal", col(name), value) if value is not None else None
+        return call("equal", values, value) if value is not None else None
     if kind == "In":
-        return _is_in(name, field, spark_filter.value)
+        return _is_in(values, field, spark_filter.value)
     if kind in _STRING_TESTS and pa.types.is_string(field.type):
         pattern = spark_filter.value
         if not isinstance(pattern, str):
             return None
         options = pc.MatchSubstringOptions(pattern)
-        return call(_STRING_TESTS[kind], col(name), options=options)
+        return call(_STRING_TESTS[kind], values, options=options)
     return None
+
+
+def _column_values(name: str, seen_as: pa.DataType, exact_types: bool) -> Expr:
+    """A column as the pushed filter compares it (see `to_expr`)."""
+    if exact_types or not (pa.types.is_timestamp(seen_as) or pa.types.is_string(seen_as)):
+        return col(name)
+    options = pc.CastOptions(seen_as, allow_time_truncate=True)  # as Spark read the values
+    return call("cast", col(name), options=options)
 
 
 def _column(spark_filter: Any, schema: pa.Schema) -> tuple[str, pa.Field] | None:
@@ -93,13 +111,15 @@ def _literal(value: Any, type_: pa.DataType) -> Expr | None:
 def _scalar(value: Any, type_: pa.DataType) -> pa.Scalar | None:
     if value is None:
         return None
+    if isinstance(value, Decimal) and len(value.as_tuple().digits) >= ROUNDED_DECIMAL_DIGITS:
+        return None  # perhaps rounded on its way from Spark: Spark compares the exact value
     try:
         return pa.scalar(value).cast(type_)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         return None
 
 
-def _is_in(name: str, field: pa.Field, values: Any) -> Expr | None:
+def _is_in(column: Expr, field: pa.Field, values: Any) -> Expr | None:
     if not isinstance(values, tuple | list) or not values:
         return None
     given = [v for v in values if v is not None]  # a NULL in the list never matches
@@ -107,15 +127,17 @@ def _is_in(name: str, field: pa.Field, values: Any) -> Expr | None:
     if not scalars or len(scalars) != len(given):
         return None
     value_set = pa.array([s.as_py() for s in scalars], type=field.type)
-    return call("is_in", col(name), options=pc.SetLookupOptions(value_set))
+    return call("is_in", column, options=pc.SetLookupOptions(value_set))
 
 
-def split_filters(filters: list[Any], schema: pa.Schema) -> tuple[list[Expr], list[Any]]:
-    """(what flightfeed runs, what Spark must still run)."""
+def split_filters(
+    filters: list[Any], schema: pa.Schema, *, exact_types: bool = True
+) -> tuple[list[Expr], list[Any]]:
+    """(what flightfeed runs, what Spark must still run); `exact_types` as for `to_expr`."""
     pushed: list[Expr] = []
     kept: list[Any] = []
     for spark_filter in filters:
-        expr = to_expr(spark_filter, schema)
+        expr = to_expr(spark_filter, schema, exact_types=exact_types)
         if expr is None:
             kept.append(spark_filter)
         else:

@@ -389,7 +389,7 @@ class FlightfeedReader(DataSourceReader):
         # A table's literals take its own column types (its timestamps are milliseconds, not
         # Spark's microseconds); a query's, the columns' types as Spark was told them.
         columns = self.table.arrow_schema() if self.table.is_table else arrow_schema(self.schema)
-        pushed, kept = split_filters(filters, columns)
+        pushed, kept = split_filters(filters, columns, exact_types=self.table.is_table)
         self.filters = [encode_expr(expr) for expr in pushed]
         yield from kept
 

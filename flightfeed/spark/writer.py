@@ -37,8 +37,12 @@ hold every column of the DataFrame by name; columns the DataFrame lacks must be 
 batch is cast to the table's column types, safely: Spark's timestamps (microseconds) are stored
 as the table's milliseconds, and a value with sub-millisecond digits fails the write with an
 error naming the column (truncate first: `F.date_trunc("millisecond", column)`). Values that
-do not fit (a negative number into an unsigned column, an overflow) fail the same way, as do
-nulls in a column that is not nullable.
+do not fit (a negative number into an unsigned column, an overflow, a double too large for a
+float column) fail the same way, as do nulls in a column that is not nullable. Only numbers are
+cast between kinds (an integer into a double column, say), as Spark's own inserts do: a boolean
+into an integer column, a number into a string one or a string into a number one is refused,
+and so is a TIMESTAMP_NTZ into a timestamp column (a wall-clock time: cast it to TIMESTAMP in
+Spark, which applies the session time zone).
 
 Every error names the table and the worker.
 """
@@ -53,6 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -200,8 +205,20 @@ class TableTarget:
         columns = []
         for column, declared in zip(batch.columns, target, strict=True):
             if column.type != declared.type:
+                why = _uncastable(column.type, declared.type)
+                if why:
+                    raise TableWriteRefused(
+                        f"writing {self.where}: column {declared.name!r} is {declared.type},"
+                        f" Spark sent {column.type}: {why}"
+                    )
                 try:
-                    column = column.cast(declared.type, safe=True)
+                    cast = column.cast(declared.type, safe=True)
+                    if pa.types.is_floating(declared.type) and pa.types.is_floating(column.type):
+                        # (a safe cast lets a double past float's range become infinity)
+                        grew = pc.and_(pc.is_inf(cast), pc.is_finite(column))
+                        if pc.any(grew).as_py():
+                            raise pa.ArrowInvalid("a value is out of the column's range")
+                    column = cast
                 except (pa.ArrowException, ValueError) as exc:
                     raise TableWriteRefused(
                         f"writing {self.where}: column {declared.name!r} is {declared.type}, it"
@@ -274,6 +291,35 @@ class TableTarget:
         except FlightfeedError as exc:
             raise self.error(exc) from None
         return int(RowCount.parse(answer).rows)
+
+
+def _kind(data_type: pa.DataType) -> str:
+    """What a value of `data_type` is, for which casts a write makes (module docstring)."""
+    types = pa.types
+    if types.is_integer(data_type) or types.is_floating(data_type) or types.is_decimal(data_type):
+        return "number"
+    if types.is_timestamp(data_type):
+        return "instant" if data_type.tz is not None else "wall-clock time"
+    if types.is_string(data_type) or types.is_large_string(data_type):
+        return "string"
+    if types.is_binary(data_type) or types.is_large_binary(data_type):
+        return "binary"
+    return str(data_type)
+
+
+def _uncastable(sent: pa.DataType, declared: pa.DataType) -> str:
+    """Why a write does not cast `sent` values into a `declared` column ("" if it does)."""
+    if pa.types.is_timestamp(declared):  # a table's timestamps are instants (UTC)
+        if _kind(sent) == "instant":
+            return ""
+        if _kind(sent) == "wall-clock time":
+            return (
+                "a TIMESTAMP_NTZ is a wall-clock time, the table keeps instants: cast it to"
+                " TIMESTAMP in Spark first (which applies the session time zone)"
+            )
+    elif _kind(sent) == _kind(declared):
+        return ""
+    return "cast it in Spark first (a write casts only between numbers, and within a kind)"
 
 
 def _hint(field: pa.Field) -> str:

@@ -469,6 +469,63 @@ def test_what_a_table_cannot_hold_is_refused_clearly(table_worker: Worker) -> No
     assert count_rows(table_worker, table) == 0
 
 
+def test_a_write_casts_only_between_numbers_and_refuses_what_would_change_values(
+    table_worker: Worker,
+) -> None:
+    """A double past float's range was stored as infinity; a TIMESTAMP_NTZ was taken for UTC
+    whatever the session's time zone; a boolean, a string or a number went into a column of
+    another kind (Spark's own insert refuses those)."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    columns = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("ts", pa.timestamp("ms", tz="UTC")),
+            ("f", pa.float32()),
+            ("n", pa.int32()),
+            ("s", pa.string()),
+        ]
+    )
+    schema = TableSchema.from_arrow(columns, timestamp="ts", primary_key=["id", "ts"])
+    request = CreateTable(table=TableRef(table=name), table_schema=schema.to_proto())
+    action(table_worker, "create_table", bytes(request))
+    sent_schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("ts", pa.timestamp("us", tz="Etc/UTC")),
+            ("f", pa.float64()),
+            ("n", pa.int64()),
+            ("s", pa.string()),
+        ]
+    )
+    spark_schema = from_arrow_schema(sent_schema)
+    options = {"uri": table_worker.location, "table": name}
+    target = FlightfeedTableWriter.create(options, spark_schema, overwrite=False).target
+    base = pa.RecordBatch.from_pydict(
+        {"id": [1], "ts": [T0], "f": [1.5], "n": [7], "s": ["x"]}, schema=sent_schema
+    )
+    conformed = target.conform(base)  # numbers into numbers, instants into the table's
+    assert [f.type for f in conformed.schema] == [
+        pa.int64(),
+        pa.timestamp("ms"),  # (a table keeps UTC milliseconds)
+        pa.float32(),
+        pa.int32(),
+        pa.string(),
+    ]
+    assert conformed.to_pylist()[0]["f"] == 1.5
+
+    def refused(column: str, values: pa.Array, reason: str) -> None:
+        batch = base.set_column(base.schema.get_field_index(column), column, values)
+        with pytest.raises(TableWriteRefused, match=rf"column '{column}' .*{reason}"):
+            target.conform(batch)
+
+    refused("f", pa.array([1e300]), r"out of the column's range")
+    refused("n", pa.array([True]), r"Spark sent bool: cast it in Spark first")
+    refused("n", pa.array(["12"]), r"Spark sent string: cast it in Spark first")
+    refused("s", pa.array([0.1]), r"Spark sent double: cast it in Spark first")
+    wall_clock = pa.array([T0.replace(tzinfo=None)], pa.timestamp("us"))
+    refused("ts", wall_clock, r"a TIMESTAMP_NTZ is a wall-clock time")
+
+
 # --- streaming -----------------------------------------------------------------------------
 
 

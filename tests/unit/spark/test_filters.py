@@ -9,9 +9,11 @@ columns only IS (NOT) NULL is pushed; the random tables hold NaN and -0.0 to pro
 
 from __future__ import annotations
 
+import datetime
 import functools
 import math
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -358,3 +360,46 @@ def test_is_null_on_floats_is_pushed_and_nan_is_not_null() -> None:
         expr = to_expr(spark_filter, NAN_BATCH.schema)
         assert expr is not None
         assert arrow_rows(NAN_BATCH, [expr]) == sql_rows(NAN_BATCH, [spark_filter]) == keeps
+
+
+def test_a_decimal_literal_pyspark_may_have_rounded_stays_with_spark() -> None:
+    """PySpark hands a literal over in Python's 28-digit decimal context:
+    123456789012345678901234567891 arrived as 1.234567890123456789012345679E+29, and the pushed
+    comparison kept the wrong rows."""
+    schema = pa.schema([pa.field("v", pa.decimal128(38, 0))])
+    rounded = Decimal("1.234567890123456789012345679E+29")
+    assert to_expr(EqualTo(("v",), rounded), schema) is None
+    assert to_expr(Not(EqualTo(("v",), rounded)), schema) is None
+    assert to_expr(In(("v",), (Decimal(1), rounded)), schema) is None
+    assert to_expr(EqualTo(("v",), Decimal("123456789012345678901234567")), schema) is not None
+
+
+@pytest.mark.parametrize(
+    ("actual", "spark_filter", "keeps"),
+    [
+        (
+            pa.array([1_704_110_400_000, None], pa.timestamp("ms", tz="America/New_York")),
+            EqualTo(
+                ("c",),
+                datetime.datetime(2024, 1, 1, 12, 0, tzinfo=datetime.UTC),
+            ),
+            [0],
+        ),
+        (pa.array(["x1", "y", None]).dictionary_encode(), StringStartsWith(("c",), "x"), [0]),
+        (pa.array(["x1", "y", None], pa.large_string()), StringEndsWith(("c",), "y"), [1]),
+    ],
+    ids=["timestamp[ms, New York]", "dictionary strings", "large strings"],
+)
+def test_a_querys_filter_holds_whatever_the_columns_own_type(
+    actual: pa.Array, spark_filter: Filter, keeps: list[int]
+) -> None:
+    """A query's columns are known as Spark sees them (timestamp[us, UTC], string): a pushed
+    comparison with the column's own type failed the query (Arrow has no kernel for
+    timestamp[ms, tz=America/New_York] against timestamp[us, tz=UTC], nor starts_with for a
+    dictionary)."""
+    seen_as = pa.timestamp("us", tz="UTC") if pa.types.is_timestamp(actual.type) else pa.string()
+    expr = to_expr(spark_filter, pa.schema([("c", seen_as)]), exact_types=False)
+    assert expr is not None
+    batch = pa.record_batch({"rid": pa.array(range(len(actual))), "c": actual})
+    mask = evaluate(decode_expr(encode_expr(expr)), batch, BUILTINS)
+    assert batch.filter(mask).column("rid").to_pylist() == keeps
