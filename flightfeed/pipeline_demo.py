@@ -107,6 +107,8 @@ def run_pipeline(workers: int = 2) -> PipelineResult:
     console.print("[bold]1. A Spark pipeline over work discovered at runtime[/bold]")
     # py4j logs each gateway connection it closes at INFO, the level `flightfeed` logs at.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # grpclib logs each stream a reader resets at INFO: Ctrl-C during the read resets them all.
+    logging.getLogger("grpclib.server").setLevel(logging.WARNING)
     # A local session runs on this machine: bound to loopback, Spark does not warn that the
     # host name resolves to it; its log keeps warnings but not the start-up notices.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -58,6 +58,9 @@ class TaskRun:
     dispatcher: FeedDispatcher | None = None
     channel_open: TaskChannel | None = None
     """The task's control channel while it is open."""
+    read_here: int = 0
+    """Output partitions the coordinator's part of the plan asked for (a task it read whole
+    needs no ReleaseTask: it ends as its reads do)."""
 
     @property
     def origin(self) -> ErrorOrigin:
@@ -165,7 +168,10 @@ class QueryRuntime:
         self.output_complete = True
         async with anyio.create_task_group() as tg:
             for run in self.tasks.values():
-                if run.channel_open is not None and run.record.status == "running":
+                read_whole = run.read_here >= run.stage.partitions_per_task
+                running = run.channel_open is not None and run.record.status == "running"
+                if running and not read_whole:
+                    assert run.channel_open is not None
                     tg.start_soon(run.channel_open.release)
 
     def cancel(self) -> None:
@@ -204,6 +210,7 @@ class QueryRuntime:
             raise ExecutionError(f"the coordinator reads tasks' own partitions, not {head}")
         run = self.tasks[(source.stage_id, task_number)]
         await run.ready.wait()
+        run.read_here += len(partitions)
         request = execute_task_request(run.key, partitions.start, partitions.stop)
         try:
             async with run.channel.execute_task(request, headers=self.headers) as batches:
