@@ -168,11 +168,12 @@ class QueryRuntime:
         self.output_complete = True
         async with anyio.create_task_group() as tg:
             for run in self.tasks.values():
-                read_whole = run.read_here >= run.stage.partitions_per_task
-                running = run.channel_open is not None and run.record.status == "running"
-                if running and not read_whole:
-                    assert run.channel_open is not None
-                    tg.start_soon(run.channel_open.release)
+                channel, read_whole = (
+                    run.channel_open,
+                    run.read_here >= run.stage.partitions_per_task,
+                )
+                if channel is not None and run.record.status == "running" and not read_whole:
+                    tg.start_soon(channel.release)
 
     def cancel(self) -> None:
         """The caller left: stop the query (not a failure)."""

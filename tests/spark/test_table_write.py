@@ -78,10 +78,11 @@ def rows(start: int, count: int) -> pa.Table:
 # --- the worker's side ---------------------------------------------------------------------
 
 
-def create_table(worker: Worker) -> str:
-    """A new APPEND table (every row kept: a duplicate would show) of SCHEMA; its name."""
+def create_table(worker: Worker, columns: pa.Schema = SCHEMA) -> str:
+    """A new APPEND table (every row kept: a duplicate would show) of `columns` (keyed on id and
+    ts); its name."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    schema = TableSchema.from_arrow(SCHEMA, timestamp="ts", primary_key=["id", "ts"])
+    schema = TableSchema.from_arrow(columns, timestamp="ts", primary_key=["id", "ts"])
     request = CreateTable(
         table=TableRef(table=name),
         table_schema=schema.to_proto(),
@@ -475,7 +476,6 @@ def test_a_write_casts_only_between_numbers_and_refuses_what_would_change_values
     """A double past float's range was stored as infinity; a TIMESTAMP_NTZ was taken for UTC
     whatever the session's time zone; a boolean, a string or a number went into a column of
     another kind (Spark's own insert refuses those)."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
     columns = pa.schema(
         [
             ("id", pa.int64()),
@@ -485,9 +485,7 @@ def test_a_write_casts_only_between_numbers_and_refuses_what_would_change_values
             ("s", pa.string()),
         ]
     )
-    schema = TableSchema.from_arrow(columns, timestamp="ts", primary_key=["id", "ts"])
-    request = CreateTable(table=TableRef(table=name), table_schema=schema.to_proto())
-    action(table_worker, "create_table", bytes(request))
+    name = create_table(table_worker, columns)
     sent_schema = pa.schema(
         [
             ("id", pa.int64()),
