@@ -19,7 +19,7 @@ from ..flight import FlightDescriptor
 from ..messages import parse_strict
 from ..plan import ExecutionPlan, Expr, Filter, Projection, call, col
 from ..plan.expr_proto import expr_from_proto, expr_to_proto
-from ..protocol import StreamRange, TableArgument, TableQuery
+from ..protocol import StreamRange, TableArgument, TableCommand, TableQuery
 from .catalog import Catalog
 
 TABLE_QUERY_VERSION: Final = 1
@@ -97,6 +97,14 @@ def parse_table_query(descriptor: FlightDescriptor) -> ParsedTableQuery:
         )
     if not query.table:
         raise InvalidArgument("the TableQuery names no table")
+    if not query.table.isprintable():
+        durable = _durable_table(descriptor.cmd)
+        if durable is not None:
+            raise InvalidArgument(
+                f"the command is a worker's TableCommand (a read of durable table {durable!r}),"
+                " and this is a coordinator: send it to the worker that holds the table (in"
+                " Spark, option source=table with that worker's uri)"
+            )
     arguments: list[Argument] = []
     for i, argument in enumerate(query.arguments):
         kind, value = betterproto2.which_one_of(argument, "value")
@@ -113,6 +121,20 @@ def parse_table_query(descriptor: FlightDescriptor) -> ParsedTableQuery:
         tuple(query.columns),
         tuple(expr_from_proto(f) for f in query.filters),
         units,
+    )
+
+
+def _durable_table(command: bytes) -> str | None:
+    """The table a worker's TableCommand reads, if `command` is one (a TableQuery's field 2, its
+    table's name, is the TableCommand's TableRef there: it parses, as a name no catalog has)."""
+    try:
+        found = parse_strict(TableCommand, command)
+    except InvalidArgument:
+        return None
+    if found.version != 1 or found.table is None or not found.table.table:
+        return None
+    return ".".join(
+        part for part in (found.table.catalog, found.table.schema, found.table.table) if part
     )
 
 

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from ..errors import InvalidArgument
 from .expr import Expr, evaluate
 from .functions import FunctionRegistry
+from .view_layouts import take_rows
 
 _SEED = np.uint64(0x243F6A8885A308D3)
 _K = np.uint64(0x9E3779B97F4A7C15)
@@ -157,6 +158,6 @@ def hash_partition(
         return [batch]
     order = np.argsort(ids, kind="stable")
     counts = np.bincount(ids.astype(np.int64), minlength=n)
-    ordered = batch.take(pa.array(order))
+    ordered = take_rows(batch, pa.array(order))
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     return [ordered.slice(int(s), int(c)) for s, c in zip(starts, counts, strict=True)]

@@ -31,7 +31,14 @@ from .session import (
     register,
     spark_session,
 )
-from .source import SOURCE_NAME, FlightfeedDataSource, FlightfeedReader, TableOptions
+from .source import (
+    SOURCE_NAME,
+    FlightfeedDataSource,
+    FlightfeedPushdownReader,
+    FlightfeedPushdownSource,
+    FlightfeedReader,
+    TableOptions,
+)
 from .sql import TableCall, catalog_tables, error_message, explain, rewrite, sql
 from .writer import (
     FlightfeedStreamTableWriter,
@@ -44,6 +51,8 @@ from .writer import (
 __all__ = [
     "SOURCE_NAME",
     "FlightfeedDataSource",
+    "FlightfeedPushdownReader",
+    "FlightfeedPushdownSource",
     "FlightfeedReader",
     "FlightfeedStreamTableWriter",
     "FlightfeedTableWriter",

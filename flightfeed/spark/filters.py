@@ -43,10 +43,11 @@ _NEGATABLE = frozenset({*_COMPARISONS, *_STRING_TESTS, "IsNull", "IsNotNull"})
 def to_expr(spark_filter: Any, schema: pa.Schema, *, exact_types: bool = True) -> Expr | None:
     """The flightfeed expression of a pyspark.sql.datasource Filter, or None if it cannot be
     pushed (Spark keeps it). `exact_types`: `schema` holds the columns' own types; otherwise it
-    is Spark's view of them (a query's columns), and a timestamp or string column is cast to
-    that view before it is compared (a query's timestamp[ms, tz=America/New_York] column met a
-    literal of Spark's timestamp[us, tz=UTC], a dictionary one a string test: Arrow has no
-    kernel for either)."""
+    is Spark's view of them (a query's columns), and a timestamp, string or binary column is
+    cast to that view before it is compared (a query's timestamp[ms, tz=America/New_York]
+    column met a literal of Spark's timestamp[us, tz=UTC], a dictionary or string_view one a
+    string test: Arrow has no kernel for those). Other widened columns (`arrow_types.py`)
+    compare as they are: Arrow casts an unsigned integer to the literal's type."""
     kind = type(spark_filter).__name__
     if kind == "Not":
         if type(spark_filter.child).__name__ not in _NEGATABLE:
@@ -85,7 +86,9 @@ def to_expr(spark_filter: Any, schema: pa.Schema, *, exact_types: bool = True) -
 
 def _column_values(name: str, seen_as: pa.DataType, exact_types: bool) -> Expr:
     """A column as the pushed filter compares it (see `to_expr`)."""
-    if exact_types or not (pa.types.is_timestamp(seen_as) or pa.types.is_string(seen_as)):
+    if exact_types or not (
+        pa.types.is_timestamp(seen_as) or pa.types.is_string(seen_as) or pa.types.is_binary(seen_as)
+    ):
         return col(name)
     options = pc.CastOptions(seen_as, allow_time_truncate=True)  # as Spark read the values
     return call("cast", col(name), options=options)

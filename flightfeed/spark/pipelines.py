@@ -2,9 +2,11 @@
 
 A transformation file calls `register_in_pipeline(spark)` instead of `register(spark)`:
 
-- a pipeline forbids session changes in its transformation files, so filter pushdown is not
-  switched on here; set `spark.sql.python.filterPushdown.enabled: "true"` in the spec's
-  `configuration` (without it every filter runs in Spark, and the answers stay right);
+- a pipeline forbids session changes in its transformation files, so filter pushdown is
+  neither probed nor switched on here (`register` does both: see `pushdown.py`): every filter
+  runs in Spark unless `spark.sql.python.filterPushdown.enabled: "true"` in the spec's
+  `configuration` asks for them on the workers. On a Spark that reuses a pushed read (4.3.0
+  does), a DataFrame must then not be queried again without its filter;
 - it works around a pyspark bug (seen in 4.3.0, with any Python data source or UDF, not only
   flightfeed's): the Spark Connect server appends its Python workers' accumulator updates to
   the pipeline run's response as observed metrics named `__python_accumulator__`, and the
@@ -24,8 +26,8 @@ from typing import Any, Final
 
 from pyspark.sql.metrics import ObservedMetrics
 
-from .session import FILTER_PUSHDOWN
-from .source import FlightfeedDataSource
+from .pushdown import FILTER_PUSHDOWN, pushdown_enabled
+from .source import FlightfeedDataSource, FlightfeedPushdownSource
 
 PYTHON_ACCUMULATOR_METRICS: Final = "__python_accumulator__"
 CLIENT_RESPONSES: Final = "_execute_and_fetch_as_iterator"
@@ -35,12 +37,15 @@ log = logging.getLogger(__name__)
 
 
 def register_in_pipeline(spark: Any) -> None:
-    """Register the `flightfeed` data source in a pipeline's transformation file."""
-    spark.dataSource.register(FlightfeedDataSource)
-    if spark.conf.get(FILTER_PUSHDOWN, "false").lower() != "true":
-        log.warning(
-            '%s is off: filters on flightfeed tables run in Spark; set it to "true" in the'
-            " pipeline spec's configuration to push them to the workers",
+    """Register the `flightfeed` data source in a pipeline's transformation file: the one that
+    pushes filters if the spec turned pushdown on, the plain one otherwise."""
+    if pushdown_enabled(spark):
+        spark.dataSource.register(FlightfeedPushdownSource)
+    else:
+        spark.dataSource.register(FlightfeedDataSource)
+        log.info(
+            "%s is off: filters on flightfeed tables run in Spark (the pipeline spec's"
+            " configuration can push them to the workers: see flightfeed.spark.pipelines)",
             FILTER_PUSHDOWN,
         )
     drop_python_accumulator_metrics(spark)

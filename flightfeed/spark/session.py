@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -15,13 +16,13 @@ import pyarrow as pa
 from .._version import __version__
 from ..errors import FlightfeedError, InvalidArgument
 from .interrupts import held_interrupts, on_a_thread, plain_interrupts
-from .source import FlightfeedDataSource
+from .pushdown import filters_stay_with_their_query, turn_pushdown_on
+from .source import FlightfeedDataSource, FlightfeedPushdownSource
 
 CtrlC = Literal["pyspark", "plain"]
 """What Ctrl-C does once a classic session started: PySpark's handler (cancel the jobs; right in
 a notebook), or a plain KeyboardInterrupt (`plain_interrupts`; right in a script)."""
 
-FILTER_PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
@@ -29,19 +30,34 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 
+log = logging.getLogger(__name__)
 
-def register(spark: Any, *, check_workers: bool = True) -> None:
-    """Register the `flightfeed` data source on a session (classic or Spark Connect), turn on
-    filter pushdown for Python data sources, and check that Spark's Python workers import this
-    flightfeed version.
 
-    The setting is only written when it is off: a Declarative Pipeline forbids session changes
-    in its transformation files, so set it in the pipeline spec's `configuration` there."""
-    spark.dataSource.register(FlightfeedDataSource)
-    if spark.conf.get(FILTER_PUSHDOWN, "false").lower() != "true":
-        spark.conf.set(FILTER_PUSHDOWN, "true")
+def register(
+    spark: Any, *, check_workers: bool = True, filter_pushdown: bool | None = None
+) -> None:
+    """Register the `flightfeed` data source on a session (classic or Spark Connect), after
+    checking that Spark's Python workers run this flightfeed.
+
+    `filter_pushdown`: whether Spark's filters run on the workers. None (the default) pushes
+    them where this Spark keeps a pushed read to the query that pushed it, and leaves them to
+    Spark where a later query of the same DataFrame would reuse it and get wrong rows (Spark
+    4.3.0 does: see `pushdown.py`); finding out takes two small queries, once. True pushes them
+    whatever Spark does (then never query a DataFrame again without its filter); False never."""
     if check_workers:
         check_python_workers(spark)
+    if filter_pushdown is None:
+        filter_pushdown = filters_stay_with_their_query(spark)
+        if not filter_pushdown:
+            log.debug(
+                "Spark runs filters on flightfeed reads itself: this Spark reuses a pushed"
+                " filter in later queries of the same DataFrame"
+            )
+    if filter_pushdown:
+        spark.dataSource.register(FlightfeedPushdownSource)
+        turn_pushdown_on(spark)
+    else:
+        spark.dataSource.register(FlightfeedDataSource)
 
 
 def _worker_version(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -32,8 +32,11 @@ the driver and on every executor: the paths must exist on each. A TableOptions' 
 token.
 
 A durable table's TIMESTAMP columns (milliseconds since the epoch) read as Spark's TimestampType
-(an instant; shown in the session's time zone), and its unsigned integers widen to the next
-signed type Spark has (uint64 to DECIMAL(20, 0)). Pushed filters and `columns` go into the
+(an instant; shown in the session's time zone). Columns of a query or a table that Spark cannot
+hold as they are widen to a type that holds every value (`arrow_types.py`: an unsigned integer
+to the next signed type, uint64 to DECIMAL(20, 0); half floats, view layouts, 32-bit times and
+64-bit dates too); the others are refused by name. Nanoseconds are truncated to Spark's
+microseconds. Pushed filters and `columns` go into the
 worker's TableCommand; filters are pushed when their literal has the column's exact type in
 the table (a timestamp with sub-millisecond digits stays with Spark, which is still exact).
 
@@ -55,6 +58,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -63,7 +67,7 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from .._generated.flightfeed.v1 import TableCommand, TableRef
@@ -73,7 +77,7 @@ from ..flight.auth import AUTHORIZATION
 from ..flight.client import parse_location
 from ..plan import decode_expr, encode_expr
 from ..plan.expr_proto import expr_to_proto
-from . import client
+from . import arrow_types, client
 from .filters import split_filters
 from .python_worker import settle_python_worker
 
@@ -86,15 +90,6 @@ SOURCE_TABLE = "table"
 TABLE_COMMAND_VERSION = 1
 MAX_TABLE_PARTITIONS = 1024
 """What a worker splits a table read into at most."""
-SPARK_UNSIGNED: dict[pa.DataType, pa.DataType] = {
-    pa.uint8(): pa.int16(),
-    pa.uint16(): pa.int32(),
-    pa.uint32(): pa.int64(),
-    pa.uint64(): pa.decimal128(20, 0),
-}
-"""Spark has no unsigned integers: a table's read as the narrowest signed type holding them."""
-
-
 OPTION_NAMES: tuple[str, ...] = (
     "source",
     "uri",
@@ -316,20 +311,15 @@ def _partitions(text: str) -> int:
 
 
 def spark_schema(arrow: pa.Schema, table: TableOptions) -> StructType:
-    """The schema Spark is told: a durable table's timestamps as instants (TimestampType) and
-    its unsigned integers widened (module docstring); a query's columns as they are."""
-    if not table.is_table:
-        found: StructType = from_arrow_schema(arrow)
-        return found
-    widened = pa.schema(
-        [f.with_type(SPARK_UNSIGNED.get(f.type, f.type)) for f in arrow], metadata=arrow.metadata
-    )
-    return from_arrow_schema(widened, prefer_timestamp_ntz=False)
+    """The schema Spark is told (`arrow_types.py`): a durable table's timestamps as instants
+    (TimestampType, module docstring)."""
+    return arrow_types.spark_schema(arrow, timestamps_as_instants=table.is_table)
 
 
 class FlightfeedDataSource(DataSource):
     """`spark.read.format("flightfeed")` and `df.write.format("flightfeed")`: see the module
-    docstrings (this one's, and `writer.py`'s)."""
+    docstrings (this one's, and `writer.py`'s). Spark runs every filter itself over what this
+    source reads; `FlightfeedPushdownSource` pushes them to the workers."""
 
     @classmethod
     def name(cls) -> str:
@@ -372,26 +362,23 @@ class FlightfeedDataSource(DataSource):
         return FlightfeedStreamTableWriter.create(self.options, schema, overwrite)
 
 
+class FlightfeedPushdownSource(FlightfeedDataSource):
+    """The `flightfeed` source that pushes Spark's filters to the workers (it needs
+    `spark.sql.python.filterPushdown.enabled`). `register` picks it where Spark keeps a pushed
+    read to its own query (`pushdown.py`)."""
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        settle_python_worker()
+        return FlightfeedPushdownReader(TableOptions.of(self.options), schema)
+
+
 class FlightfeedReader(DataSourceReader):
-    """Pushes filters into the query (or the table read), starts it, and reads one endpoint per
-    Spark partition."""
+    """Starts the query (or the table read) and reads one endpoint per Spark partition."""
 
     def __init__(self, table: TableOptions, schema: StructType) -> None:
         self.table = table
         self.schema = schema
         self.filters: list[bytes] = []  # pushed, as Expr protos: plain data for pickling
-
-    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        filters = list(filters)
-        if not filters:
-            self.filters = []
-            return
-        # A table's literals take its own column types (its timestamps are milliseconds, not
-        # Spark's microseconds); a query's, the columns' types as Spark was told them.
-        columns = self.table.arrow_schema() if self.table.is_table else arrow_schema(self.schema)
-        pushed, kept = split_filters(filters, columns, exact_types=self.table.is_table)
-        self.filters = [encode_expr(expr) for expr in pushed]
-        yield from kept
 
     def partitions(self) -> Sequence[InputPartition]:
         table = self.table
@@ -407,6 +394,23 @@ class FlightfeedReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition, self.table, self.schema)
+
+
+class FlightfeedPushdownReader(FlightfeedReader):
+    """A reader that also pushes filters into the query (pyspark refuses a reader with
+    `pushFilters` while pushdown is off, so the plain reader has none)."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        filters = list(filters)
+        if not filters:
+            self.filters = []
+            return
+        # A table's literals take its own column types (its timestamps are milliseconds, not
+        # Spark's microseconds); a query's, the columns' types as Spark was told them.
+        columns = self.table.arrow_schema() if self.table.is_table else arrow_schema(self.schema)
+        pushed, kept = split_filters(filters, columns, exact_types=self.table.is_table)
+        self.filters = [encode_expr(expr) for expr in pushed]
+        yield from kept
 
 
 def read_partition(
@@ -453,7 +457,7 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
         return batch
     try:
         return pa.RecordBatch.from_arrays(
-            [column.cast(f.type) for column, f in zip(batch.columns, target, strict=True)],
+            [_cast(column, f.type) for column, f in zip(batch.columns, target, strict=True)],
             schema=target,
         )
     except (pa.ArrowException, ValueError) as exc:
@@ -461,3 +465,15 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
             f"schema mismatch: the table's schema is now {batch.schema}, Spark expects {target}:"
             f" {exc}"
         ) from None
+
+
+def _cast(column: pa.Array, to: pa.DataType) -> pa.Array:
+    """A column as Spark declared it: nanoseconds cut to Spark's microseconds (an instant
+    floored, as Spark takes one: 1 ns before the epoch is still before it), any other loss
+    refused."""
+    if column.type == to:
+        return column
+    if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+        wall = column.view(pa.timestamp("ns"))  # without its zone: no local time to resolve
+        column = pc.floor_temporal(wall, unit="microsecond").view(column.type)
+    return pc.cast(column, options=pc.CastOptions(to, allow_time_truncate=True))

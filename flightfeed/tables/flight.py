@@ -38,6 +38,7 @@ from .._generated.flightfeed.v1 import (
     RowCount,
     StagedWrite,
     TableCommand,
+    TableQuery,
     TableRef,
     TableTicket,
 )
@@ -104,8 +105,26 @@ def parse_command(descriptor: FlightDescriptor) -> ParsedCommand:
     try:
         command = parse_strict(TableCommand, descriptor.cmd)
     except InvalidArgument as exc:
+        query = _catalog_query(descriptor.cmd)
+        if query is not None:
+            raise InvalidArgument(
+                f"the command is a coordinator's TableQuery (of its catalog's table {query!r}),"
+                " and this worker serves durable tables: send it to the coordinator (in Spark,"
+                " leave out option source=table)"
+            ) from None
         raise InvalidArgument(f"the descriptor's command is not a TableCommand: {exc}") from None
     return parsed(command)
+
+
+def _catalog_query(command: bytes) -> str | None:
+    """The table a coordinator's TableQuery names, if `command` is one: both messages carry
+    their version in field 1 and something length-delimited in field 2, so a command sent to
+    the wrong kind of server parses as far as that."""
+    try:
+        query = parse_strict(TableQuery, command)
+    except InvalidArgument:
+        return None
+    return query.table if query.version == 1 and query.table.isprintable() else None
 
 
 def parsed(command: TableCommand) -> ParsedCommand:

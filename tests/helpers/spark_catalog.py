@@ -33,6 +33,20 @@ from flightfeed.testing.feeds import (
 NUMBERS = pa.table(
     {"n": pa.array(range(100), pa.int64()), "word": [f"w{i % 7}" for i in range(100)]}
 )
+ODD_TYPES = pa.table(
+    {
+        "u8": pa.array([255, 0, None], pa.uint8()),
+        "u64": pa.array([2**64 - 1, 0, 7], pa.uint64()),
+        "half": pa.array([1.5, -2.0, None], pa.float32()).cast(pa.float16()),
+        "text": pa.array(["a", "b", "a"], pa.string_view()),
+        "at": pa.array([1_000_000_001_999, -1, 0], pa.timestamp("ns", tz="UTC")),
+        "inner": pa.array(
+            [{"u": 1, "l": [2**32 - 1]}, None, {"u": 65535, "l": []}],
+            pa.struct([("u", pa.uint16()), ("l", pa.list_(pa.uint32()))]),
+        ),
+    }
+)
+"""Columns Spark cannot hold as they are (flightfeed.spark.arrow_types widens them)."""
 
 
 class FailOnce(UnaryNode):
@@ -107,6 +121,17 @@ def spark_test_catalog() -> Catalog:
         return FailOnce(found.plan("scan", (2, "3,1", "2", "4", "1,1")), token)
 
     with_unit_scans(found)
+
+    @found.table("odd_types")
+    def odd_types() -> ExecutionPlan:
+        """ODD_TYPES, in one partition."""
+        return MemoryScan.from_table(ODD_TYPES, 1)
+
+    @found.table("intervals")
+    def intervals() -> ExecutionPlan:
+        """n, and a column Spark cannot read at all."""
+        spans = pa.array([pa.MonthDayNano([1, 2, 3])], pa.month_day_nano_interval())
+        return MemoryScan.from_table(pa.table({"n": [1], "span": spans}), 1)
 
     @found.table("live")
     def live(name: str, partitions: int) -> ExecutionPlan:

@@ -67,6 +67,29 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def spark_keeps_pushed_reads_apart(spark: Any) -> bool:
+    """What `register` found out about this Spark (see flightfeed.spark.pushdown)."""
+    from flightfeed.spark.pushdown import filters_stay_with_their_query
+
+    return filters_stay_with_their_query(spark)
+
+
+@contextmanager
+def filters_pushed(spark: Any, keeps_pushed_reads_apart: bool) -> Iterator[None]:
+    """Filters on flightfeed reads pushed to the workers for the block, whatever `register`
+    chose for this Spark; the session is as `register` left it after."""
+    from flightfeed.spark import register
+    from flightfeed.spark.pushdown import FILTER_PUSHDOWN, session_setting
+
+    with session_setting(spark, FILTER_PUSHDOWN, "true"):
+        register(spark, check_workers=False, filter_pushdown=True)
+        try:
+            yield
+        finally:
+            register(spark, check_workers=False, filter_pushdown=keeps_pushed_reads_apart)
+
+
+@pytest.fixture(scope="session")
 def service() -> Iterator[CoordinatorCluster]:
     """The test catalog on 4 local workers."""
     with serve_in_background(

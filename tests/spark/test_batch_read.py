@@ -4,14 +4,17 @@ retries, per-query headers, and clear errors."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pytest
 from helpers.spark_catalog import NUMBERS
+from helpers.spark_fixtures import filters_pushed
 
 from flightfeed.cluster import CoordinatorCluster
 from flightfeed.coordinator import QueryMetrics
@@ -95,15 +98,91 @@ def output_rows(node: MetricsSet) -> int:
     return sum(m.output_rows.value for m in node.metrics if m.output_rows is not None)
 
 
-def test_pushed_filters_run_on_the_workers(spark: Any, service: CoordinatorCluster) -> None:
-    df = read(spark, service, "numbers", 2)
+def test_pushed_filters_run_on_the_workers(
+    spark: Any, service: CoordinatorCluster, spark_keeps_pushed_reads_apart: bool
+) -> None:
     # (no ORDER BY: Spark would read the scan twice, sampling it for its range partitioner)
-    result = sorted(rows(df.filter("n >= 90 AND word IN ('w1', 'w2')").select("n")))
+    with filters_pushed(spark, spark_keeps_pushed_reads_apart):
+        df = read(spark, service, "numbers", 2)  # (the source registered at load is read's)
+        result = sorted(rows(df.filter("n >= 90 AND word IN ('w1', 'w2')").select("n")))
     assert result == [(n,) for n in range(90, 100) if n % 7 in (1, 2)]
     metrics = release_all(service)
     (task,) = metrics.tasks.values()  # numbers is not split: one task
     filtered, scanned = (output_rows(node) for node in task.plan_metrics)
     assert (filtered, scanned) == (len(result), 100)  # the worker dropped the other rows
+
+
+def test_a_dataframe_queried_again_without_its_filter_reads_every_row(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    """As `register` left the session: Spark 4.3.0 reuses a pushed read in a later unfiltered
+    query of the same DataFrame (this counted 1, then 1), so there it pushes nothing."""
+    df = read(spark, service, "numbers", 2)
+    assert df.filter("n = 3").count() == 1
+    assert df.count() == 100
+    assert df.filter("n < 10").count() == 10
+    assert df.count() == 100
+
+
+def test_what_the_probe_finds_is_what_a_flightfeed_dataframe_does_with_pushdown(
+    spark: Any, service: CoordinatorCluster, spark_keeps_pushed_reads_apart: bool
+) -> None:
+    with filters_pushed(spark, spark_keeps_pushed_reads_apart):
+        df = read(spark, service, "numbers", 2)
+        assert df.filter("n = 3").count() == 1
+        assert (df.count() == 100) == spark_keeps_pushed_reads_apart
+
+
+def test_columns_spark_cannot_hold_are_read_widened(
+    spark: Any, service: CoordinatorCluster, spark_keeps_pushed_reads_apart: bool
+) -> None:
+    """Unsigned integers, a half float, a string view and nanoseconds (also nested) made the
+    DataFrame's definition fail without naming the column, or its read a 'schema mismatch'."""
+    df = read(spark, service, "odd_types")
+    assert df.schema.simpleString() == (
+        "struct<u8:smallint,u64:decimal(20,0),half:float,text:string,at:timestamp,"
+        "inner:struct<u:int,l:array<bigint>>>"
+    )
+    got = df.toArrow().to_pylist()  # (collect's datetimes would be in this machine's zone)
+    assert got == [
+        {
+            "u8": 255,
+            "u64": Decimal(2**64 - 1),
+            "half": 1.5,
+            "text": "a",
+            "at": datetime.datetime(1970, 1, 1, 0, 16, 40, 1, tzinfo=datetime.UTC),
+            "inner": {"u": 1, "l": [2**32 - 1]},
+        },
+        {
+            "u8": 0,
+            "u64": Decimal(0),
+            "half": -2.0,
+            "text": "b",
+            "at": datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.UTC),
+            "inner": None,
+        },
+        {
+            "u8": None,
+            "u64": Decimal(7),
+            "half": None,
+            "text": "a",
+            "at": datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC),
+            "inner": {"u": 65535, "l": []},
+        },
+    ]
+    with filters_pushed(spark, spark_keeps_pushed_reads_apart):
+        df = read(spark, service, "odd_types")
+        assert [r.u8 for r in df.filter("u8 > 100 AND text = 'a'").collect()] == [255]
+        assert [r.text for r in df.filter(f"u64 = {2**64 - 1}").collect()] == ["a"]
+
+
+def test_a_column_spark_cannot_read_is_named_when_the_dataframe_is_defined(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    with pytest.raises(Exception, match="column 'span' has type month_day_nano_interval"):
+        read(spark, service, "intervals")
+    df = read(spark, service, "intervals", columns="n")  # the way out the message gives
+    assert rows(df) == [(1,)]
 
 
 def test_filters_spark_cannot_push_are_still_applied(

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import pytest
+from helpers.spark_fixtures import filters_pushed
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, LessThan
 from pyspark.sql.functions import udf
@@ -27,7 +28,12 @@ import flightfeed.spark.writer as writer_module
 import flightfeed.tables.flight as table_flight
 from flightfeed._generated.flightfeed.v1 import CreateTable, RowCount, TableRef
 from flightfeed.errors import InvalidArgument
-from flightfeed.spark import FlightfeedDataSource, TableCommitMessage, stream_job
+from flightfeed.spark import (
+    FlightfeedDataSource,
+    FlightfeedPushdownSource,
+    TableCommitMessage,
+    stream_job,
+)
 from flightfeed.spark.writer import (
     FlightfeedStreamTableWriter,
     FlightfeedTableWriter,
@@ -247,11 +253,14 @@ WANTED = [i for i in range(ROWS) if i < 2500 and i % 11 and i % 5 == 1 and i > 1
 
 
 def test_filters_and_columns_go_to_the_worker(
-    spark: Any, table_worker: Worker, written: tuple[str, pa.Table]
+    spark: Any,
+    table_worker: Worker,
+    written: tuple[str, pa.Table],
+    spark_keeps_pushed_reads_apart: bool,
 ) -> None:
     table, _ = written
     options = {"source": "table", "uri": table_worker.location, "table": table}
-    source = FlightfeedDataSource({**options, "partitions": "2", "columns": "ts,id,host"})
+    source = FlightfeedPushdownSource({**options, "partitions": "2", "columns": "ts,id,host"})
     reader = source.reader(source.schema())
     filters = [
         LessThan(("id",), 2500),
@@ -265,9 +274,10 @@ def test_filters_and_columns_go_to_the_worker(
     assert got.column_names == ["ts", "id", "host"]
     assert sorted(got["id"].to_pylist()) == WANTED
     # and in Spark:
-    df = read(spark, table_worker, table).select("id", "host", "ts")
-    df = df.filter((F.col("id") < 2500) & (F.col("host") == "h1") & (F.col("ts") >= SINCE))
-    assert sorted(r.id for r in df.select("id").collect()) == WANTED
+    with filters_pushed(spark, spark_keeps_pushed_reads_apart):
+        df = read(spark, table_worker, table).select("id", "host", "ts")
+        df = df.filter((F.col("id") < 2500) & (F.col("host") == "h1") & (F.col("ts") >= SINCE))
+        assert sorted(r.id for r in df.select("id").collect()) == WANTED
 
 
 def test_overwrite_replaces_the_rows(spark: Any, table_worker: Worker) -> None:

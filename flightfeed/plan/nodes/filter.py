@@ -18,6 +18,7 @@ from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
 from ..memory import batch_nbytes
 from ..offload import run_compute
+from ..view_layouts import filter_rows
 
 
 class Filter(UnaryNode):
@@ -59,7 +60,7 @@ class Filter(UnaryNode):
         mask = evaluate(self.predicate, batch, ctx.session)
         if pa.types.is_null(mask.type):  # NULL (unknown) everywhere: no row passes
             return batch.slice(0, 0)
-        return batch.filter(mask)
+        return filter_rows(batch, mask)
 
     def __repr__(self) -> str:
         return f"Filter({self.predicate})"

@@ -10,7 +10,6 @@ from functools import partial
 from typing import Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..._generated.flightfeed.v1 import SortKey as SortKeyProto
 from ..._generated.flightfeed.v1 import SortNode
@@ -30,6 +29,7 @@ from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
 from ..memory import MemoryReservation, batch_nbytes
 from ..offload import run_compute
+from ..view_layouts import sort_indices, take_rows
 
 OUTPUT_BATCH_ROWS = 65536
 TOP_K_COMPACT_ROWS = 65536
@@ -131,10 +131,10 @@ class Sort(UnaryNode):
             )
             for i, k in enumerate(self.keys)
         ]
-        indices = pc.sort_indices(keys, sort_keys=order)
+        indices = sort_indices(keys, order)
         if self.fetch is not None:
             indices = indices.slice(0, self.fetch)
-        return batch.take(indices)
+        return take_rows(batch, indices)
 
     def __repr__(self) -> str:
         return f"Sort([{', '.join(map(str, self.keys))}], fetch={self.fetch})"

@@ -24,8 +24,8 @@ from flightfeed.spark.pipelines import (
     drop_python_accumulator_metrics,
     register_in_pipeline,
 )
-from flightfeed.spark.session import FILTER_PUSHDOWN
-from flightfeed.spark.source import FlightfeedDataSource
+from flightfeed.spark.pushdown import FILTER_PUSHDOWN
+from flightfeed.spark.source import FlightfeedDataSource, FlightfeedPushdownSource
 
 
 def test_the_wrapped_pyspark_method_still_exists() -> None:
@@ -115,16 +115,16 @@ def pipeline_session(settings: dict[str, str]) -> tuple[Any, list[type], Client]
 
 def test_register_in_pipeline_registers_and_filters(caplog: pytest.LogCaptureFixture) -> None:
     session, registered, client = pipeline_session({FILTER_PUSHDOWN: "true"})
-    with caplog.at_level(logging.WARNING, logger="flightfeed.spark.pipelines"):
+    with caplog.at_level(logging.INFO, logger="flightfeed.spark.pipelines"):
         register_in_pipeline(session)
-    assert registered == [FlightfeedDataSource]
+    assert registered == [FlightfeedPushdownSource]  # the spec turned pushdown on
     assert list(client._execute_and_fetch_as_iterator()) == [BATCH]
     assert caplog.records == []
 
 
-def test_register_in_pipeline_warns_when_pushdown_is_off(caplog: pytest.LogCaptureFixture) -> None:
+def test_register_in_pipeline_says_when_pushdown_is_off(caplog: pytest.LogCaptureFixture) -> None:
     session, registered, _ = pipeline_session({})
-    with caplog.at_level(logging.WARNING, logger="flightfeed.spark.pipelines"):
+    with caplog.at_level(logging.INFO, logger="flightfeed.spark.pipelines"):
         register_in_pipeline(session)  # does not try to switch it on (Conf.set would fail)
     assert registered == [FlightfeedDataSource]
     [record] = caplog.records

@@ -13,16 +13,17 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import flightfeed.spark.session as session_module
 from flightfeed._version import __version__
 from flightfeed.errors import FlightfeedError, InvalidArgument
+from flightfeed.spark.pushdown import FILTER_PUSHDOWN
 from flightfeed.spark.session import (
-    FILTER_PUSHDOWN,
     check_python_workers,
     java_runtime,
     register,
     spark_session,
 )
-from flightfeed.spark.source import FlightfeedDataSource
+from flightfeed.spark.source import FlightfeedDataSource, FlightfeedPushdownSource
 
 Worker = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -115,20 +116,56 @@ class Session:
         return SimpleNamespace(collect=lambda: rows)
 
 
-def test_register_adds_the_source_and_turns_pushdown_on() -> None:
+def test_register_with_pushdown_adds_the_pushing_source_and_turns_pushdown_on() -> None:
     spark = Session(Conf({}))
-    register(spark)
-    assert spark.registered == [FlightfeedDataSource]
+    register(spark, filter_pushdown=True)
+    assert spark.registered == [FlightfeedPushdownSource]
     assert spark.conf.settings == {FILTER_PUSHDOWN: "true"}
     assert spark.ran == [("range", 1)]  # the workers were checked
 
 
-@pytest.mark.parametrize("setting", ["true", "TRUE", "True"])
-def test_register_leaves_pushdown_alone_when_it_is_on(setting: str) -> None:
-    spark = Session(Conf({FILTER_PUSHDOWN: setting}, frozen=True))
-    register(spark, check_workers=False)
+@pytest.mark.parametrize("setting", ["true", "TRUE", "True", "false", None])
+def test_register_without_pushdown_adds_the_plain_source_and_leaves_the_setting(
+    setting: str | None,
+) -> None:
+    """The session's other Python data sources may push filters: pyspark refuses their
+    readers while the setting is off."""
+    spark = Session(Conf({} if setting is None else {FILTER_PUSHDOWN: setting}, frozen=True))
+    register(spark, check_workers=False, filter_pushdown=False)
     assert spark.registered == [FlightfeedDataSource]
     assert spark.ran == []
+
+
+@pytest.mark.parametrize(
+    ("keeps_apart", "source", "settings"),
+    [
+        (True, FlightfeedPushdownSource, {FILTER_PUSHDOWN: "true"}),
+        (False, FlightfeedDataSource, {}),
+    ],
+)
+def test_register_pushes_filters_where_spark_keeps_a_pushed_read_to_its_query(
+    monkeypatch: pytest.MonkeyPatch, keeps_apart: bool, source: type, settings: dict[str, str]
+) -> None:
+    """The probe itself runs on a real Spark (tests/spark/test_batch_read.py)."""
+    probed: list[Any] = []
+
+    def probe(spark: Any) -> bool:
+        probed.append(spark)
+        return keeps_apart
+
+    monkeypatch.setattr(session_module, "filters_stay_with_their_query", probe)
+    spark = Session(Conf({}))
+    register(spark, check_workers=False)
+    assert probed == [spark]
+    assert spark.registered == [source]
+    assert spark.conf.settings == settings
+
+
+@pytest.mark.parametrize("setting", ["true", "TRUE", "True"])
+def test_register_with_pushdown_writes_nothing_when_it_is_on(setting: str) -> None:
+    spark = Session(Conf({FILTER_PUSHDOWN: setting}, frozen=True))
+    register(spark, check_workers=False, filter_pushdown=True)
+    assert spark.registered == [FlightfeedPushdownSource]
 
 
 def test_workers_running_this_version_pass() -> None:

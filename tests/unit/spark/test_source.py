@@ -12,7 +12,15 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull, Not, StringStartsWith
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualTo,
+    GreaterThan,
+    In,
+    IsNotNull,
+    Not,
+    StringStartsWith,
+)
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from flightfeed.coordinator.table_query import ParsedTableQuery, parse_table_query
@@ -25,6 +33,8 @@ from flightfeed.spark.source import (
     OPTION_NAMES,
     SOURCE_NAME,
     FlightfeedDataSource,
+    FlightfeedPushdownReader,
+    FlightfeedPushdownSource,
     FlightfeedReader,
     TableOptions,
     arrow_schema,
@@ -165,20 +175,33 @@ def test_arrow_schema_keeps_types_and_nullability() -> None:
     )
 
 
-def test_the_data_source_builds_its_reader_from_the_options() -> None:
-    source = FlightfeedDataSource({"uri": URI, "table": "scan", "args": "[2]"})
-    assert FlightfeedDataSource.name() == SOURCE_NAME == "flightfeed"
+@pytest.mark.parametrize(
+    ("source_class", "reader_class", "pushes"),
+    [
+        (FlightfeedDataSource, FlightfeedReader, False),
+        (FlightfeedPushdownSource, FlightfeedPushdownReader, True),
+    ],
+)
+def test_the_data_source_builds_its_reader_from_the_options(
+    source_class: type[FlightfeedDataSource], reader_class: type[FlightfeedReader], pushes: bool
+) -> None:
+    source = source_class({"uri": URI, "table": "scan", "args": "[2]"})
+    assert source_class.name() == SOURCE_NAME == "flightfeed"
     reader = source.reader(SPARK_SCHEMA)
-    assert isinstance(reader, FlightfeedReader)
+    assert type(reader) is reader_class
     assert reader.table == TableOptions(URI, "scan", (2,))
     assert reader.filters == []
+    # what pyspark checks, refusing a reader that pushes while pushdown is off:
+    assert (getattr(reader.pushFilters, "__func__", None) is not DataSourceReader.pushFilters) == (
+        pushes
+    )
     with pytest.raises(InvalidArgument, match="needs option 'table'"):
-        FlightfeedDataSource({"uri": URI}).reader(SPARK_SCHEMA)
+        source_class({"uri": URI}).reader(SPARK_SCHEMA)
 
 
 def test_the_reader_pushes_what_the_workers_can_run_and_keeps_it_through_pickling() -> None:
     """Spark calls pushFilters and partitions in different processes, pickling the reader."""
-    reader = FlightfeedReader(TableOptions(URI, "scan", (2,), ("task",)), SPARK_SCHEMA)
+    reader = FlightfeedPushdownReader(TableOptions(URI, "scan", (2,), ("task",)), SPARK_SCHEMA)
     pushable = [
         GreaterThan(("value",), 3),
         StringStartsWith(("task",), "t"),
@@ -205,7 +228,7 @@ def test_the_reader_pushes_what_the_workers_can_run_and_keeps_it_through_picklin
 
 
 def test_pushing_again_replaces_the_filters() -> None:
-    reader = FlightfeedReader(TableOptions(URI, "scan"), SPARK_SCHEMA)
+    reader = FlightfeedPushdownReader(TableOptions(URI, "scan"), SPARK_SCHEMA)
     assert list(reader.pushFilters([GreaterThan(("value",), 3)])) == []
     assert list(reader.pushFilters([])) == []
     assert reader.filters == []
