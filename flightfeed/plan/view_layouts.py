@@ -9,30 +9,20 @@ the fast path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 
 def filter_rows(batch: pa.RecordBatch, mask: pa.Array) -> pa.RecordBatch:
     """`batch.filter(mask)`, views included."""
-    try:
-        return batch.filter(mask)
-    except pa.ArrowNotImplementedError:
-        plain = _plain(batch)
-        if plain is batch:
-            raise
-        return _restored(plain.filter(mask), batch.schema)
+    return _views_through_plain(batch, lambda rows: rows.filter(mask))
 
 
 def take_rows(batch: pa.RecordBatch, indices: pa.Array) -> pa.RecordBatch:
     """`batch.take(indices)`, views included."""
-    try:
-        return batch.take(indices)
-    except pa.ArrowNotImplementedError:
-        plain = _plain(batch)
-        if plain is batch:
-            raise
-        return _restored(plain.take(indices), batch.schema)
+    return _views_through_plain(batch, lambda rows: rows.take(indices))
 
 
 def sort_indices(keys: pa.RecordBatch, order: list[tuple[str, str, str]]) -> pa.Array:
@@ -47,13 +37,23 @@ def sort_indices(keys: pa.RecordBatch, order: list[tuple[str, str, str]]) -> pa.
         return pc.sort_indices(plain, sort_keys=order)
 
 
-def _restored(out: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """`out`'s columns back in `schema`'s layouts."""
+def _views_through_plain(
+    batch: pa.RecordBatch, select: Callable[[pa.RecordBatch], pa.RecordBatch]
+) -> pa.RecordBatch:
+    """`select(batch)`; where Arrow has no kernel for its view columns, `select` of the batch
+    in the plain layouts, its columns then cast back to `batch`'s."""
+    try:
+        return select(batch)
+    except pa.ArrowNotImplementedError:
+        plain = _plain(batch)
+        if plain is batch:
+            raise
+    out = select(plain)
     columns = [
         column if column.type == field.type else column.cast(field.type)
-        for column, field in zip(out.columns, schema, strict=True)
+        for column, field in zip(out.columns, batch.schema, strict=True)
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
 
 
 def _plain(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -9,7 +9,6 @@ import datetime
 import itertools
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from flightfeed.spark import (
     TableCommitMessage,
     stream_job,
 )
+from flightfeed.spark.pushdown import session_setting
 from flightfeed.spark.writer import (
     FlightfeedStreamTableWriter,
     FlightfeedTableWriter,
@@ -160,23 +160,6 @@ def read(spark: Any, worker: Worker, table: str, partitions: int = 3) -> Any:
 def arrow_of(df: Any) -> pa.Table:
     """The DataFrame's rows by id, with SCHEMA's types (Spark's timestamps are microseconds)."""
     return df.toArrow().cast(SCHEMA).sort_by("id")
-
-
-@contextmanager
-def spark_conf(spark: Any, **settings: str) -> Iterator[None]:
-    """Session settings for the block (dots as double underscores), restored after."""
-    keys = {key.replace("__", "."): value for key, value in settings.items()}
-    before = {key: spark.conf.get(key, None) for key in keys}
-    for key, value in keys.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 # --- batch writes --------------------------------------------------------------------------
@@ -360,7 +343,7 @@ def test_a_retried_task_lands_once(
     group = f"retry-{uuid.uuid4().hex}"
     spark.sparkContext.setJobGroup(group, "a write whose task is retried")
     try:
-        with spark_conf(spark, spark__sql__execution__arrow__maxRecordsPerBatch="100"):
+        with session_setting(spark, "spark.sql.execution.arrow.maxRecordsPerBatch", "100"):
             write(df, table_worker, table)
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
