@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from ..errors import FlightfeedError, InvalidArgument
 from ..plan.expr import Call, Column, Expr, Literal, output_type
 from ..plan.functions import BuiltinFunctions, ScalarUdf
+from .datafusion_case import LOWER, UPPER
 from .datafusion_scalar import FALSE, TRUE
 
 _FLIPPED: Final = {
@@ -51,12 +52,14 @@ resolve it; DuckDB has it by the same name)."""
 
 
 class PredicateFunctions(BuiltinFunctions):
-    """Arrow's functions and SIGNBIT: what a translated predicate calls."""
+    """Arrow's functions, SIGNBIT and DataFusion's case mappings (datafusion_case.py): what a
+    translated predicate calls."""
 
     def scalar_udf(self, name: str, /) -> ScalarUdf | None:
-        return SIGNBIT if name == SIGNBIT.name else None
+        return _PREDICATE_UDFS.get(name)
 
 
+_PREDICATE_UDFS: Final = {udf.name: udf for udf in (SIGNBIT, UPPER, LOWER)}
 PREDICATE_FUNCTIONS: Final = PredicateFunctions()
 
 

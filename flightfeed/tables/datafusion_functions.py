@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgument
 from ..plan.expr import Call, Expr, Literal
+from .datafusion_case import LOWER, UPPER
 from .datafusion_floats import FloatOrder
 from .datafusion_scalar import FALSE, NULL_BOOL, string_option
 
@@ -124,8 +125,8 @@ _FUNCTIONS: Final[dict[str, Make]] = {
     "trunc": _trunc,
     "sqrt": _unary("sqrt"),
     "round": _round,
-    "lower": _unary("utf8_lower"),
-    "upper": _unary("utf8_upper"),
+    "lower": _unary(LOWER.name),  # Unicode's full case mapping, as Rust's (datafusion_case.py)
+    "upper": _unary(UPPER.name),
     "character_length": _unary("utf8_length"),
     "btrim": _trim("trim"),
     "ltrim": _trim("ltrim"),
