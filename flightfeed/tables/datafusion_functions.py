@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -70,12 +71,41 @@ def _trunc(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
 
 
 def _round(name: str, args: Sequence[Expr], order: FloatOrder) -> Expr:
+    """DataFusion rounds a float to `digits` as `(x * 10.powi(digits)).round() /
+    10.powi(digits)`, halves away from zero: past the float's range that is infinity where
+    Arrow's round with digits fails ('overflow occurred during rounding'), and a scale below
+    one multiplies by its inverse, where Arrow divides. So it is written out the same way."""
     _arity(name, args, 1, 2)
     digits = 0
     if len(args) == 2:
         digits = _integer_literal(name, args[1])
-    options = pc.RoundOptions(ndigits=digits, round_mode="half_towards_infinity")
-    return Call("round", (args[0],), options)
+    value = args[0]
+    kind = order.float_type(value)
+    if digits == 0 or kind is None:
+        options = pc.RoundOptions(ndigits=digits, round_mode="half_towards_infinity")
+        return Call("round", (value,), options)
+    scale = Literal(pa.scalar(_powi(10.0, digits, kind), kind))
+    scaled = Call("round", (Call("multiply", (value, scale)),), _HALF_AWAY)
+    return Call("divide", (scaled, scale))
+
+
+_HALF_AWAY: Final = pc.RoundOptions(ndigits=0, round_mode="half_towards_infinity")
+
+
+def _powi(base: float, exponent: int, kind: pa.DataType) -> float:
+    """Rust's `powi` (LLVM's, compiler-rt's __powidf2): squarings and products in the float's
+    own precision, the reciprocal of the result for a negative exponent; not a correctly
+    rounded power, which may differ in the last bit."""
+    width = np.float32 if kind == pa.float32() else np.float64
+    factor, result, n = width(base), width(1.0), abs(exponent)
+    while True:
+        if n & 1:
+            result = width(result * factor)
+        n //= 2
+        if n == 0:
+            break
+        factor = width(factor * factor)
+    return float(width(1.0) / result if exponent < 0 else result)
 
 
 def _trim(side: str) -> Make:

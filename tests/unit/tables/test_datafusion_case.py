@@ -5,7 +5,6 @@ mapping lost those rows ('straße' uppercased to 'STRAẞE', not 'STRASSE')."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Final
 
 import pyarrow as pa
@@ -14,10 +13,8 @@ from datafusion import SessionContext
 
 from flightfeed.errors import InvalidArgument
 from flightfeed.tables.datafusion_case import _longer_mappings
-from flightfeed.tables.engine import TableEngine, TableRead
-from flightfeed.tables.requests import decode_predicate
-from flightfeed.tables.schema import TableSchema
-from flightfeed.tables.store import TableName, TableStore
+
+from .datafusion_reference import read_ids
 
 pytestmark = pytest.mark.anyio
 
@@ -40,33 +37,6 @@ def table(values: list[str | None]) -> pa.Table:
             "id": pa.array(range(len(values)), pa.int64()),
         }
     )
-
-
-_NAMES = itertools.count()
-
-
-async def read_ids(rows: pa.Table, where: str) -> tuple[list[int], list[int]]:
-    """(the ids flightfeed reads with DataFusion's plan of `where`, the ids DataFusion returns)."""
-    ctx = SessionContext()
-    ctx.register_record_batches("t", [rows.to_batches()])
-    frame = ctx.sql(f"SELECT id FROM t WHERE {where}")
-    expected = sorted(frame.to_arrow_table().column("id").to_pylist())
-    plan = frame.optimized_logical_plan()
-    while type(plan.to_variant()).__name__ != "Filter":
-        (plan,) = plan.inputs()
-    predicate = plan.to_variant().predicate().to_bytes()
-    schema = TableSchema.from_arrow(rows.schema, timestamp="ts")
-    store = TableStore.open(None)
-    try:
-        engine = TableEngine(store)
-        name = TableName.of(f"words_{next(_NAMES)}")
-        await engine.create(name, schema, {"update_mode": "APPEND"})
-        await engine.write([(name, rows)])
-        read = TableRead(name, predicates=(decode_predicate(predicate, schema.arrow),))
-        got = sorted(i for b in [b async for b in engine.read(read)] for i in b["id"].to_pylist())
-    finally:
-        store.close()
-    return got, expected
 
 
 CASES: Final = {"upper": True, "lower": False}
