@@ -10,9 +10,12 @@ the fast path.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+Tabular = TypeVar("Tabular", pa.RecordBatch, pa.Table)
 
 
 def filter_rows(batch: pa.RecordBatch, mask: pa.Array) -> pa.RecordBatch:
@@ -31,10 +34,25 @@ def sort_indices(keys: pa.RecordBatch, order: list[tuple[str, str, str]]) -> pa.
     try:
         return pc.sort_indices(keys, sort_keys=order)
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        plain = _plain(keys)
+        plain = plain_layouts(keys)
         if plain is keys:
             raise
         return pc.sort_indices(plain, sort_keys=order)
+
+
+def plain_layouts(data: Tabular) -> Tabular:
+    """`data` with its view columns in the plain layouts; `data` itself if it has none."""
+    plain = pa.schema([field.with_type(_plain_type(field.type)) for field in data.schema])
+    return data if plain.equals(data.schema) else data.cast(plain)
+
+
+def with_layouts_of(data: Tabular, schema: pa.Schema) -> Tabular:
+    """`data`'s columns named in `schema` cast back to its view layouts (the others as they
+    are): what `plain_layouts` took them from."""
+    views = {f.name: f.type for f in schema if _plain_type(f.type) != f.type}
+    if not views:
+        return data
+    return data.cast(pa.schema([f.with_type(views.get(f.name, f.type)) for f in data.schema]))
 
 
 def _views_through_plain(
@@ -45,27 +63,10 @@ def _views_through_plain(
     try:
         return select(batch)
     except pa.ArrowNotImplementedError:
-        plain = _plain(batch)
+        plain = plain_layouts(batch)
         if plain is batch:
             raise
-    out = select(plain)
-    columns = [
-        column if column.type == field.type else column.cast(field.type)
-        for column, field in zip(out.columns, batch.schema, strict=True)
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
-
-
-def _plain(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """`batch` with its view columns in the plain layouts; `batch` itself if it has none."""
-    types = [_plain_type(field.type) for field in batch.schema]
-    if all(t == field.type for t, field in zip(types, batch.schema, strict=True)):
-        return batch
-    columns = [
-        column if column.type == t else column.cast(t)
-        for column, t in zip(batch.columns, types, strict=True)
-    ]
-    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+    return with_layouts_of(select(plain), batch.schema)
 
 
 def _plain_type(type_: pa.DataType) -> pa.DataType:

@@ -34,6 +34,7 @@ from ..join_size import estimate_join_bytes
 from ..memory import MemoryReservation, batch_nbytes
 from ..merge import merge
 from ..offload import run_compute
+from ..view_layouts import plain_layouts, with_layouts_of
 
 OUTPUT_BATCH_ROWS = 65536
 
@@ -157,14 +158,16 @@ class HashJoin(PlanNodeBase):
         return self._join(left, right)
 
     def _join(self, left: pa.Table, right: pa.Table) -> pa.Table:
-        return left.join(
-            right,
+        """Acero's join, view columns in the plain layouts (Acero takes none) and back."""
+        joined = plain_layouts(left).join(
+            plain_layouts(right),
             keys=[lk for lk, _ in self.on],
             right_keys=[rk for _, rk in self.on],
             join_type=self.join_type,
             coalesce_keys=False,
             use_threads=False,
         )
+        return with_layouts_of(with_layouts_of(joined, left.schema), right.schema)
 
     def __repr__(self) -> str:
         keys = ", ".join(f"{lk} = {rk}" for lk, rk in self.on)
