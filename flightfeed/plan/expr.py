@@ -179,7 +179,7 @@ def output_type(expr: Expr, schema: pa.Schema, functions: FunctionRegistry) -> p
     Validates the expression as a side effect: missing columns, unknown functions and
     argument-type errors surface here, at planning time. UDFs are not called.
     """
-    empty = pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+    empty = pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
     return _eval(expr, empty, functions, InvalidArgument, infer=True).type
 
 
@@ -207,12 +207,12 @@ def _eval(
     if isinstance(expr, Literal):
         # Inferring types computes nothing: a literal is zero rows of its type, so a call over
         # literals only (binary_repeat of a constant) is not evaluated while planning.
-        return pa.array([], type=expr.value.type) if infer else expr.value
+        return pa.nulls(0, expr.value.type) if infer else expr.value
     args = [_eval(arg, batch, functions, error, infer=infer) for arg in expr.args]
     target = resolve_scalar(expr.function, functions)
     if isinstance(target, ScalarUdf):
         if infer:
-            return pa.array([], type=target.return_type)
+            return pa.nulls(0, target.return_type)
         return _call_udf(target, args, batch.num_rows)
     if not infer:
         budget = getattr(functions, "memory_budget_bytes", None)

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from ..errors import InvalidArgument
 from .expr import Expr, evaluate
 from .functions import FunctionRegistry
-from .view_layouts import take_rows
+from .layouts import take_rows
 
 _SEED = np.uint64(0x243F6A8885A308D3)
 _K = np.uint64(0x9E3779B97F4A7C15)
@@ -102,7 +102,9 @@ def column_hash(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
         t = array.type
     if pa.types.is_null(t):
         return np.full(len(array), _NULL, dtype=np.uint64)
-    if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t):
+    if pa.types.is_interval(t):  # (temporal, but 16 bytes: months, days, nanoseconds)
+        hashed = _bytes_hash(pc.cast(array.view(pa.binary(16)), pa.large_binary()))
+    elif pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t):
         hashed = _mix(_int_bits(array))
     elif pa.types.is_floating(t):
         hashed = _mix(_float_bits(array))

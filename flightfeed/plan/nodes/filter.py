@@ -16,9 +16,9 @@ from ..distribution import output_hash_keys
 from ..expr import Expr, calls_udf, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
+from ..layouts import filter_rows
 from ..memory import batch_nbytes
 from ..offload import run_compute
-from ..view_layouts import filter_rows
 
 
 class Filter(UnaryNode):

@@ -16,6 +16,7 @@ type-preserving merge needs no merge at all.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import enum
 import threading
@@ -174,9 +175,7 @@ class HashAggregate(UnaryNode):
         if self.mode is not AggregateMode.FINAL:
             for expr, _ in self.group_by:
                 output_type(expr, schema, functions)
-        empty = pa.RecordBatch.from_arrays(
-            [pa.array([], type=f.type) for f in schema], schema=schema
-        )
+        empty = pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
         states = self._to_states([empty], functions, infer=True)
         merged = self._merge(states, infer=True)
         # One call's states are already grouped: merging them again changes nothing, unless
@@ -298,7 +297,7 @@ class HashAggregate(UnaryNode):
                 del run
             if not states:  # no rows: a global aggregate still yields its one row
                 empty = pa.RecordBatch.from_arrays(
-                    [pa.array([], type=f.type) for f in self.child.schema],
+                    [pa.nulls(0, f.type) for f in self.child.schema],
                     schema=self.child.schema,
                 )
                 states = [self._to_states([empty], ctx.session)]
@@ -365,7 +364,8 @@ class HashAggregate(UnaryNode):
             names = self._keys + self._state_columns()
             return pa.Table.from_batches([batch.select(names) for batch in batches])
         if len(batches) > 1 and sum(b.num_rows for b in batches) < CHUNK_ROWS * len(batches):
-            batches = [pa.concat_batches(batches)]  # small ones: Acero is faster on one
+            with contextlib.suppress(pa.ArrowInvalid):  # (dictionaries outgrowing their index)
+                batches = [pa.concat_batches(batches)]  # small ones: Acero is faster on one
 
         def column(expr: Expr) -> pa.ChunkedArray:
             chunks = [evaluate(expr, batch, functions) for batch in batches]

@@ -31,10 +31,10 @@ from ..codec import DecodeContext, decode_enum, parse_payload
 from ..distribution import Distribution, HashPartitioned, SinglePartition
 from ..expr import Column
 from ..join_size import estimate_join_bytes
+from ..layouts import one_dictionary_per_column, plain_layouts, with_layouts_of
 from ..memory import MemoryReservation, batch_nbytes
 from ..merge import merge
 from ..offload import run_compute
-from ..view_layouts import plain_layouts, with_layouts_of
 
 OUTPUT_BATCH_ROWS = 65536
 
@@ -158,9 +158,10 @@ class HashJoin(PlanNodeBase):
         return self._join(left, right)
 
     def _join(self, left: pa.Table, right: pa.Table) -> pa.Table:
-        """Acero's join, view columns in the plain layouts (Acero takes none) and back."""
-        joined = plain_layouts(left).join(
-            plain_layouts(right),
+        """Acero's join: view and run-end encoded columns in the plain layouts (Acero takes
+        neither) and back, each dictionary column with one dictionary (Acero takes no more)."""
+        joined = one_dictionary_per_column(plain_layouts(left), "HashJoin's left input").join(
+            one_dictionary_per_column(plain_layouts(right), "HashJoin's right input"),
             keys=[lk for lk, _ in self.on],
             right_keys=[rk for _, rk in self.on],
             join_type=self.join_type,

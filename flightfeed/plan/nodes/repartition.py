@@ -47,7 +47,7 @@ class Repartition(UnaryNode):
         functions: FunctionRegistry = BUILTINS,
     ) -> None:
         for key in partitioning.hash_keys:
-            column_hash(pa.array([], type=output_type(key, child.schema, functions)))
+            column_hash(pa.nulls(0, output_type(key, child.schema, functions)))
         self.child = child
         self.partitioning = partitioning
         self._functions = functions

@@ -27,9 +27,9 @@ from ..distribution import output_hash_keys
 from ..expr import Expr, evaluate, output_type
 from ..expr_proto import expr_from_proto, expr_to_proto
 from ..functions import BUILTINS, FunctionRegistry
+from ..layouts import check_sortable, concat_batches, sort_indices, take_rows
 from ..memory import MemoryReservation, batch_nbytes
 from ..offload import run_compute
-from ..view_layouts import sort_indices, take_rows
 
 OUTPUT_BATCH_ROWS = 65536
 TOP_K_COMPACT_ROWS = 65536
@@ -64,8 +64,8 @@ class Sort(UnaryNode):
             raise InvalidArgument("Sort needs at least one key")
         if fetch is not None and not 0 <= fetch <= MAX_FETCH:
             raise InvalidArgument(f"Sort fetch must be in 0..{MAX_FETCH} (int64), got {fetch}")
-        for key in keys:
-            output_type(key.expr, child.schema, functions)
+        types = [(str(key.expr), output_type(key.expr, child.schema, functions)) for key in keys]
+        check_sortable(types, "Sort")
         self.child = child
         self.keys = tuple(keys)
         self.fetch = fetch
@@ -118,7 +118,7 @@ class Sort(UnaryNode):
         return out
 
     def _sort(self, batches: list[pa.RecordBatch], ctx: TaskContext) -> pa.RecordBatch:
-        batch = batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+        batch = batches[0] if len(batches) == 1 else concat_batches(batches, "Sort")
         keys = pa.RecordBatch.from_arrays(
             [evaluate(k.expr, batch, ctx.session) for k in self.keys],
             names=[f"k{i}" for i in range(len(self.keys))],
