@@ -2,9 +2,9 @@
 types that hold every value exactly, and a clear error naming the column where none does.
 
 pyspark converts a fixed set of Arrow types. Others (unsigned integers, half floats, string and
-binary views, 32-bit times, 64-bit dates) made the DataFrame's definition fail with
-UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION, naming a type but not the column. Each batch read is
-then cast to the widened types (`source.conform`), with Arrow C++.
+binary views, 32-bit times, 64-bit dates, run-end encoded arrays) made the DataFrame's
+definition fail with UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION, naming a type but not the
+column. Each batch read is then cast to the widened types (`source.conform`), with Arrow C++.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ def _widened(type_: pa.DataType, column: str) -> pa.DataType:
         )
     if pa.types.is_struct(type_):
         return pa.struct([_widened_field(type_.field(i), column) for i in range(type_.num_fields)])
+    if pa.types.is_run_end_encoded(type_):  # (its values, decoded by `source.conform`)
+        return _widened(type_.value_type, column)
     if pa.types.is_dictionary(type_):
         return pa.dictionary(type_.index_type, _widened(type_.value_type, column), type_.ordered)
     return type_

@@ -473,6 +473,8 @@ def _cast(column: pa.Array, to: pa.DataType) -> pa.Array:
     refused."""
     if column.type == to:
         return column
+    if pa.types.is_run_end_encoded(column.type):
+        column = pc.run_end_decode(column)
     if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
         wall = column.view(pa.timestamp("ns"))  # without its zone: no local time to resolve
         column = pc.floor_temporal(wall, unit="microsecond").view(column.type)

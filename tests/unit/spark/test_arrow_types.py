@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,6 +36,11 @@ def read_as_spark(batch: pa.RecordBatch) -> pa.RecordBatch:
         (pa.array([b"\x00", b""], pa.binary_view()), "binary", [b"\x00", b""]),
         (pa.array([1500], pa.time32("ms")), "time(6)", [datetime.time(0, 0, 1, 500000)]),
         (pa.array([86_400_000], pa.date64()), "date", [datetime.date(1970, 1, 2)]),
+        (
+            pc.run_end_encode(pa.array([3, 3, None, 4], pa.uint8())),
+            "smallint",
+            [3, 3, None, 4],
+        ),
         (
             pa.array([[1, 2], None, [3]], pa.list_(pa.uint32())),
             "array<bigint>",
@@ -105,7 +111,7 @@ def test_nanoseconds_are_truncated_to_spark_microseconds() -> None:
     ("type_", "why"),
     [
         (pa.month_day_nano_interval(), "month_day_nano_interval is not supported"),
-        (pa.run_end_encoded(pa.int32(), pa.int64()), "is not supported"),
+        (pa.dense_union([pa.field("a", pa.int64())]), "is not supported"),
         (pa.list_view(pa.int64()), "is not supported"),  # pyarrow casts some to wrong lists
         (pa.decimal256(40, 2), "at most 38 digits"),
         (pa.struct([("inner", pa.month_day_nano_interval())]), "is not supported"),
