@@ -687,10 +687,7 @@ def security(args: argparse.Namespace) -> tuple[ClientTls | None, str | None]:
         tls.context()  # the files, read and checked
     token = None
     if args.auth_token_file is not None:
-        tokens = read_tokens(args.auth_token_file)
-        if not tokens:
-            raise InvalidArgument(f"--auth-token-file {args.auth_token_file!r} holds no token")
-        token = tokens[0]
+        token = read_tokens(args.auth_token_file)[0]  # (refused there when it holds none)
     return tls, token
 
 

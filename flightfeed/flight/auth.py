@@ -15,6 +15,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 from collections.abc import Iterable, Sequence
 from typing import Final, Protocol
 
@@ -59,13 +60,35 @@ class BearerTokens:
 
 
 def read_tokens(path: str) -> list[str]:
-    """A token file: one token per line (blank lines and lines starting with # skipped)."""
+    """A token file: one token per line (blank lines and lines starting with # skipped), each
+    printable ASCII without spaces, as an `authorization` header carries it. What is wrong is
+    said by the file and line, never with the token."""
     try:
-        with open(path, encoding="utf-8") as file:
+        with open(path, encoding="ascii") as file:
             lines = [line.strip() for line in file]
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(
+            f"the token file {path!r} is not ASCII text (byte {exc.start}): a token is printable"
+            " ASCII"
+        ) from None
     except OSError as exc:
-        raise InvalidArgument(f"cannot read the token file {path!r}: {exc}") from exc
-    return [line for line in lines if line and not line.startswith("#")]
+        raise InvalidArgument(f"cannot read the token file {path!r}: {exc.strerror}") from None
+    tokens = []
+    for number, line in enumerate(lines, start=1):
+        if not line or line.startswith("#"):
+            continue
+        if not _TOKEN.fullmatch(line):
+            raise InvalidArgument(
+                f"the token file {path!r}, line {number}: a token is printable ASCII without"
+                " spaces or control characters"
+            )
+        tokens.append(line)
+    if not tokens:
+        raise InvalidArgument(f"the token file {path!r} holds no token (one a line)")
+    return tokens
+
+
+_TOKEN: Final = re.compile(r"[!-~]+")
 
 
 def _digest(token: str) -> bytes:

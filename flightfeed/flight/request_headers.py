@@ -98,10 +98,24 @@ def call_metadata(metadata: Mapping[str, str | bytes]) -> dict[str, str | bytes]
         elif not isinstance(value, str) or not _TEXT_VALUE.fullmatch(value):
             raise InvalidArgument(
                 f"header {name!r}: a value is printable ASCII text, not empty (bytes under a"
-                f" -bin name), got {value!r:.60}"
+                f" -bin name), got {_without_content(value)}"
             )
         checked[key] = value
     return checked
+
+
+def _without_content(value: object) -> str:
+    """What is wrong with a header value, never the value: it may be a credential (a bearer
+    token with a typo once reached the server's log and the client's error this way)."""
+    if not isinstance(value, str):
+        return type(value).__name__
+    if not value:
+        return "an empty value"
+    at = next(i for i, c in enumerate(value) if not " " <= c <= "~")
+    kind = (
+        "a control character" if value[at] < " " or value[at] == "\x7f" else "a non-ASCII character"
+    )
+    return f"a value of {len(value)} characters, {kind} at position {at}"
 
 
 def call_headers(headers: Mapping[str, str]) -> dict[str, str]:

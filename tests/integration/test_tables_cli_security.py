@@ -225,7 +225,7 @@ def test_bad_flag_combinations_send_nothing(
         (
             ["--worker", tls_worker, "--auth-token-file", str(empty)],
             tls_worker,
-            f"--auth-token-file {str(empty)!r} holds no token",
+            f"the token file {str(empty)!r} holds no token",
         ),
     ]
     for argv, worker, reason in cases:

@@ -129,3 +129,19 @@ def test_what_call_metadata_accepts_grpclib_sends(headers: dict[str, str | bytes
     except InvalidArgument:
         return
     encode_metadata(checked)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("Bearer sëcret-token", "a value of 19 characters, a non-ASCII character at position 8"),
+        ("Bearer secret\ttoken", "a value of 19 characters, a control character at position 13"),
+    ],
+)
+def test_a_refused_value_is_described_never_shown(value: str, said: str) -> None:
+    """It may be a credential: a bearer token with a typo reached the server's log and the
+    client's error whole."""
+    with pytest.raises(InvalidArgument) as refused:
+        call_metadata({"authorization": value})
+    assert said in str(refused.value)
+    assert "ecret" not in str(refused.value)
