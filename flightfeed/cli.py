@@ -49,6 +49,8 @@ from .cli_types import (
     count_at_least,
     directory_path,
     existing_directory,
+    host_name,
+    interface,
     location,
     memory_size,
     non_negative_count,
@@ -148,9 +150,10 @@ def _worker(args: argparse.Namespace) -> int:
                 print(f"flightfeed worker listening on {worker.location}", flush=True)
                 async for signum in signals:
                     log.info(
-                        "received %s: finishing %d running tasks, taking no new ones (at most"
-                        " %gs; signal again to stop now)",
+                        "received %s: finishing %d running tasks (of %d held), taking no new"
+                        " ones (at most %gs; signal again to stop now)",
                         signal.Signals(signum).name,
+                        worker.registry.unsettled,
                         len(worker.registry),
                         args.shutdown_grace,
                     )
@@ -254,7 +257,9 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if pipeline_ok and core == 0 else 1
 
 
-_header_list_size = count_at_least(1024, "at least 1024 bytes")
+_header_list_size = count_at_least(
+    1024, "1024 to 4294967295 bytes (an HTTP/2 setting is 32 bits)", maximum=2**32 - 1
+)
 
 
 def _add_tls_arguments(parser: argparse.ArgumentParser, who: str, peers: str) -> None:
@@ -302,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     worker = commands.add_parser("worker", help="run a worker: an Arrow Flight server for tasks")
-    worker.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    worker.add_argument(
+        "--host", type=interface, default="127.0.0.1", help="interface to bind (default 127.0.0.1)"
+    )
     worker.add_argument("--port", type=port, default=8000, help="port (default 8000; 0 = any free)")
     worker.add_argument(
         "--session-builder",
@@ -471,10 +478,13 @@ def build_parser() -> argparse.ArgumentParser:
         "coordinator",
         help="run a coordinator: a Flight service that queries a catalog of tables on workers",
     )
-    coordinator.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
+    coordinator.add_argument(
+        "--host", type=interface, default="127.0.0.1", help="interface (default 127.0.0.1)"
+    )
     coordinator.add_argument("--port", type=port, default=8815, help="port (default 8815; 0 = any)")
     coordinator.add_argument(
         "--advertise-host",
+        type=host_name,
         default=None,
         metavar="HOST",
         help="the name or address other machines reach the --local-workers at (readers are sent"

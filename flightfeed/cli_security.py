@@ -46,7 +46,9 @@ def peer_tls(args: argparse.Namespace) -> ClientTls | None:
     ca = args.peer_tls_ca or args.tls_ca
     if ca is None and args.tls_cert is None:
         return None
-    return ClientTls(ca, args.tls_cert, args.tls_key)
+    tls = ClientTls(ca, args.tls_cert, args.tls_key)
+    tls.context()  # the files, read and checked before anything starts (else: every peer call)
+    return tls
 
 
 def client_tls(args: argparse.Namespace) -> ClientTls | None:

@@ -6,7 +6,9 @@ examples."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import re
 from collections.abc import Callable
 from typing import Final
 
@@ -37,15 +39,16 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def count_at_least(minimum: int, message: str) -> Callable[[str], int]:
-    """A whole number of at least `minimum` ("must be {message}, got ...")."""
+def count_at_least(minimum: int, message: str, maximum: int | None = None) -> Callable[[str], int]:
+    """A whole number of at least `minimum` ("must be {message}, got ..."), and at most
+    `maximum` if given (a value the setting can carry)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-        if value < minimum:
+        if value < minimum or (maximum is not None and value > maximum):
             raise argparse.ArgumentTypeError(f"must be {message}, got {text}")
         return value
 
@@ -71,6 +74,34 @@ def location(text: str) -> str:
         parse_location(text)
     except InvalidArgument as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
+def host_name(text: str) -> str:
+    """A host name or address as it goes into a location others dial (`--advertise-host`),
+    checked for its form here (a name that does not resolve is the network's business): 'bad
+    host!' started, and every query failed dialling it."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        if not _HOST_NAME.fullmatch(text) or len(text) > 253:
+            raise argparse.ArgumentTypeError(
+                f"must be a host name or an IP address, got {text!r}"
+            ) from None
+    return text
+
+
+_HOST_NAME = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
+)
+
+
+def interface(text: str) -> str:
+    """`--host`: an interface to bind; empty is refused (an unset $HOST bound every one)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "must name an interface (127.0.0.1, 0.0.0.0 for all), got an empty value"
+        )
     return text
 
 

@@ -8,6 +8,7 @@ sides speak HTTP/2 only (ALPN "h2"), as gRPC requires; TLS 1.2 is the oldest acc
 
 from __future__ import annotations
 
+import os
 import ssl
 from dataclasses import dataclass
 from functools import lru_cache
@@ -63,9 +64,19 @@ def _server_context(tls: ServerTls) -> ssl.SSLContext:
             context.load_verify_locations(cafile=tls.client_ca)
             context.verify_mode = ssl.CERT_REQUIRED
     except (ssl.SSLError, OSError) as exc:
-        raise InvalidArgument(f"cannot use the server's TLS files: {exc}") from exc
+        files = _files(cert=tls.cert_chain, key=tls.private_key, ca=tls.client_ca)
+        raise InvalidArgument(f"cannot use the server's TLS files ({files}): {exc}") from exc
     context.set_alpn_protocols(_ALPN)
     return context
+
+
+def _files(**paths: str | None) -> str:
+    """Which file is which, and which of them is missing: ssl names none of them."""
+    return ", ".join(
+        f"{role} {path!r}{'' if os.path.exists(path) else ' missing'}"
+        for role, path in paths.items()
+        if path is not None
+    )
 
 
 @lru_cache(maxsize=64)
@@ -75,7 +86,8 @@ def _client_context(tls: ClientTls) -> ssl.SSLContext:
         if tls.cert_chain is not None:
             context.load_cert_chain(tls.cert_chain, tls.private_key)
     except (ssl.SSLError, OSError) as exc:
-        raise InvalidArgument(f"cannot use the client's TLS files: {exc}") from exc
+        files = _files(ca=tls.root_ca, cert=tls.cert_chain, key=tls.private_key)
+        raise InvalidArgument(f"cannot use the client's TLS files ({files}): {exc}") from exc
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.set_alpn_protocols(_ALPN)
     return context

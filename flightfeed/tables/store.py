@@ -60,8 +60,11 @@ class TableName:
     def of(cls, table: str, catalog: str = "", schema: str = "") -> TableName:
         name = cls(table, catalog or DEFAULT_CATALOG, schema or DEFAULT_SCHEMA)
         for part in (name.table, name.catalog, name.schema):
-            if not part or len(part.encode()) > MAX_NAME_BYTES or "\x00" in part:
-                raise InvalidArgument(f"bad table name part {part!r} (1 to {MAX_NAME_BYTES} bytes)")
+            if not part or len(part.encode()) > MAX_NAME_BYTES or not part.isprintable():
+                raise InvalidArgument(
+                    f"bad table name part {part!r} (1 to {MAX_NAME_BYTES} bytes, no control"
+                    " characters: a name with a line break printed as two tables in a list)"
+                )
         return name
 
     def __str__(self) -> str:

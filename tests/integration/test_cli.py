@@ -20,6 +20,7 @@ from helpers.worker_process import worker_process as live_worker
 from flightfeed import cli
 from flightfeed._version import __version__
 from flightfeed.cli import build_parser, user_errors, worker_config
+from flightfeed.cli import main as cli_main
 from flightfeed.errors import InvalidArgument, Unavailable
 from flightfeed.flight import KeepalivePolicy
 from flightfeed.flight.connection_limits import ConnectionLimits
@@ -255,7 +256,10 @@ def test_worker_connection_options_shape_its_limits() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--max-header-list-size", "100"], "must be at least 1024 bytes"),
+        (["--max-header-list-size", "100"], "must be 1024 to 4294967295 bytes"),
+        (["--max-header-list-size", str(2**32)], "must be 1024 to 4294967295 bytes"),
+        (["--host", ""], "must name an interface"),
+        (["--peer-tls-ca", "/no/such/ca.pem"], "(ca '/no/such/ca.pem' missing)"),
         (["--min-receive-rate", "fast"], "must be bytes per second, got 'fast'"),
         (["--receive-grace", "0"], "must be more than 0 seconds"),
         (["--idle-timeout", "-1"], "must be 0 or more seconds"),
@@ -264,10 +268,31 @@ def test_worker_connection_options_shape_its_limits() -> None:
 def test_bad_connection_options_are_refused_clearly(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        build_parser().parse_args(["worker", *argv])
-    assert exit_info.value.code == 2
+    """Before anything starts: 2^32 bytes of headers was taken, then every connection failed
+    with a traceback; a missing peer CA file only surfaced at the first call to a peer."""
+    try:
+        code = cli_main(["worker", "--port", "0", *argv])
+    except SystemExit as exit_info:  # argparse's refusal
+        code = int(str(exit_info.code))
+    assert code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host", ["bad host!", "under_score.example", "trailing-.example", "a..b"])
+def test_an_advertised_host_that_is_no_host_name_is_refused(
+    host: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'bad host!' started, and every query failed dialling the local workers there."""
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["coordinator", "--tables", "m:c", "--advertise-host", host])
+    assert exit_info.value.code == 2
+    assert f"must be a host name or an IP address, got {host!r}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host", ["my-host.example.com", "10.0.0.7", "::1", "localhost"])
+def test_advertised_host_names_and_addresses_are_taken(host: str) -> None:
+    args = build_parser().parse_args(["coordinator", "--tables", "m:c", "--advertise-host", host])
+    assert args.advertise_host == host
 
 
 def test_coordinator_serves_the_seed_scan_to_any_flight_client() -> None:

@@ -120,7 +120,14 @@ def test_table_names_default_their_catalog_and_schema() -> None:
     assert TableName.of("t") == TableName("t", DEFAULT_CATALOG, DEFAULT_SCHEMA)
     assert TableName.of("t", "c", "s") == TableName("t", "c", "s")
     assert str(TableName.of("t", "c", "s")) == "c.s.t"
-    for bad in (("",), ("a\x00",), ("t", "x" * 256), ("t", "c", "s\x00")):
+    for bad in (
+        ("",),
+        ("a\x00",),
+        ("t", "x" * 256),
+        ("t", "c", "s\x00"),
+        ("junk\nflightfeed.public.cpu",),  # printed as two names by `tables list`
+        ("t\x1b[2J",),
+    ):
         with pytest.raises(InvalidArgument, match="bad table name part"):
             TableName.of(*bad)
 
