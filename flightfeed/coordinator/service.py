@@ -18,7 +18,9 @@ and reads the results in parallel, straight from the workers.
   "stream_open" (body: a TableQuery) starts the table's providers and answers {"stream": id,
   "offsets": {...}}, the units discovered so far per partition; "stream_latest" ({"stream"})
   answers the offsets now; "stream_commit" ({"stream", "offsets"}) drops the units below them;
-  "stream_wait" ({"stream", "timeout"}) waits until every provider of a finite feed ended.
+  "stream_wait" ({"stream", "timeout"}) waits until every provider of a finite feed ended, or
+  with "at_least" (offsets) until every partition discovered that many units; "stream_open"
+  says "opened": true when it started the stream (it has discovered nothing yet).
   A TableQuery with a `stream_range` reads exactly those units (a micro-batch).
 
 The caller's own headers (not gRPC's or HTTP/2's) go to the workers' session builders with
@@ -161,8 +163,12 @@ class CoordinatorService(FlightHandler):
     async def _wait_ended(self, body: bytes) -> dict[str, Any]:
         request = _stream_request("stream_wait", body)
         stream = self.coordinator.streams.get(request["stream"])
+        at_least = _offsets(request, "at_least") if "at_least" in request else None
         with anyio.move_on_after(_wait_seconds(request)):
-            await stream.wait_ended()
+            if at_least is None:
+                await stream.wait_ended()
+            else:
+                await stream.wait_reached(at_least)
         return {"stream": stream.stream_id, "offsets": stream.latest(), "ended": stream.ended}
 
     def _stream_action(self, kind: str, body: bytes) -> dict[str, Any]:
@@ -177,6 +183,7 @@ class CoordinatorService(FlightHandler):
                 "start": stream.start(),
                 "offsets": stream.latest(),
                 "ended": stream.ended,
+                "opened": stream.fresh,
             }
         request = _stream_request(kind, body)
         stream = streams.get(request["stream"])
@@ -271,16 +278,16 @@ def _wait_seconds(request: dict[str, Any]) -> float:
     return float(value)
 
 
-def _offsets(request: dict[str, Any]) -> dict[str, int]:
-    """stream_commit's 'offsets': partition keys to unit counts, whole numbers 0 or more."""
-    offsets = request.get("offsets", {})
+def _offsets(request: dict[str, Any], field: str = "offsets") -> dict[str, int]:
+    """A request's offsets (stream_commit's 'offsets', stream_wait's 'at_least'): partition
+    keys to unit counts, whole numbers 0 or more."""
+    offsets = request.get(field, {})
     if not isinstance(offsets, dict) or not all(
         type(offset) is int and offset >= 0 for offset in offsets.values()
     ):
         shown = repr(offsets)[:200]  # (the peer's, and as long as it likes)
         raise InvalidArgument(
-            f"stream_commit's 'offsets' must map partition keys to whole numbers 0 or more,"
-            f" got {shown}"
+            f"'{field}' must map partition keys to whole numbers 0 or more, got {shown}"
         )
     return offsets
 

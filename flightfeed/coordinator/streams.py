@@ -100,6 +100,8 @@ class FeedStream:
         self.max_backlog = max_backlog
         self.logs: dict[str, _Log] = {}
         self.last_used = anyio.current_time()
+        self.fresh = True
+        """Just started by the open that returned it: it has discovered nothing yet."""
         self.scope = anyio.CancelScope()
         self._partitions: dict[str, tuple[int, int]] = {}
         for index, (node, _) in enumerate(feeds):
@@ -131,6 +133,13 @@ class FeedStream:
         for log in self.logs.values():
             while not log.ended and log.error is None:
                 await log.grown.wait()
+
+    async def wait_reached(self, offsets: Mapping[str, int]) -> None:
+        """Until every partition named in `offsets` discovered that many units (or ended, or
+        failed): a reopened stream catching up with a reader's checkpoint."""
+        for key, count in offsets.items():
+            if key in self.logs:
+                await self.wait_discovered(key, int(count))
 
     def latest(self) -> Offsets:
         """Units discovered so far, per partition key (a provider's failure is raised)."""
@@ -205,11 +214,12 @@ class StreamRegistry:
     def open(
         self, key: str, plan: ExecutionPlan, background: TaskGroup, *, max_backlog: int
     ) -> FeedStream:
-        """The stream of `key` (a table and its arguments), started if new."""
+        """The stream of `key` (a table and its arguments), started if new (`fresh`)."""
         found_id = uuid.uuid5(uuid.NAMESPACE_URL, key).hex
         found = self._streams.get(found_id)
         if found is not None:
             found.touch()
+            found.fresh = False
             return found
         if self._registry is None:
             raise InvalidArgument("the coordinator has no FeedRegistry: no table can stream")
@@ -222,7 +232,10 @@ class StreamRegistry:
     def get(self, stream_id: str) -> FeedStream:
         found = self._streams.get(stream_id)
         if found is None:
-            raise NotFound(f"no open stream {stream_id!r} on this coordinator (closed when idle)")
+            raise NotFound(
+                f"no open stream {stream_id!r} on this coordinator (closed when idle, or the"
+                " coordinator restarted)"
+            )
         return found
 
     def close_idle(self, idle_ttl: float) -> None:

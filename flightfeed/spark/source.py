@@ -329,8 +329,11 @@ class FlightfeedDataSource(DataSource):
     # a read or a write), reused from command to command: settled as the readers' are.
 
     def schema(self) -> StructType:
+        from .stream import stream_options
+
         settle_python_worker()
         table = TableOptions.of(self.options)
+        stream_options(self.options)  # (a batch read ignores them; a stream's, checked now)
         return spark_schema(table.arrow_schema(), table)
 
     def reader(self, schema: StructType) -> DataSourceReader:

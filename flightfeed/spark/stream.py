@@ -7,7 +7,11 @@ same units. `maxUnitsPerTrigger` caps a micro-batch (a ReadMaxRows limit from Sp
 too), `Trigger.AvailableNow` reads what was discovered when the query started (with
 `awaitFeedEnd` seconds, it first waits up to that long for a finite feed to be discovered
 whole: what a triggered Declarative Pipeline run over a finite feed wants), and a query
-restarted from its checkpoint resumes at the checkpointed offsets: no unit is read twice.
+restarted from its checkpoint resumes at the checkpointed offsets: no unit is read twice. A
+stream reopened on the coordinator (closed when idle, or a new coordinator) starts from nothing:
+a query behind its checkpoint waits for the providers to discover those units again, and a
+micro-batch Spark runs again reopens it. A stream that AvailableNow's own open started gets a
+few seconds to discover what its providers have before the run's offsets are taken.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from . import client
 from .source import TableOptions, read_partition
 
 MAX_UNITS_OPTION = "maxunitspertrigger"
+FRESH_STREAM_WAIT = 5.0
+"""Seconds Trigger.AvailableNow waits, without awaitFeedEnd, for a stream its own open started
+(a finite feed ends sooner): read at once, such a stream has discovered nothing."""
 AWAIT_END_OPTION = "awaitfeedend"
 
 
@@ -44,25 +51,7 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.table = table
         self.schema = schema
         self.stream = stream_id(table.table, list(table.arguments))
-        found = {str(k).lower(): str(v) for k, v in dict(options).items()}
-        self.max_units: int | None = None
-        if MAX_UNITS_OPTION in found:
-            try:
-                self.max_units = int(found[MAX_UNITS_OPTION])
-            except ValueError:
-                raise InvalidArgument("option 'maxUnitsPerTrigger' must be an integer") from None
-            if self.max_units < 1:
-                raise InvalidArgument("option 'maxUnitsPerTrigger' must be at least 1")
-        self.await_end = 0.0
-        if AWAIT_END_OPTION in found:
-            try:
-                self.await_end = float(found[AWAIT_END_OPTION])
-            except ValueError:
-                raise InvalidArgument("option 'awaitFeedEnd' must be a number of seconds") from None
-            if self.await_end < 0:
-                raise InvalidArgument("option 'awaitFeedEnd' must not be negative")
-            if not self.await_end < math.inf:  # (NaN too)
-                raise InvalidArgument("option 'awaitFeedEnd' must be a finite number of seconds")
+        self.max_units, self.await_end = stream_options(options)
         self.target: dict[str, int] | None = None
 
     # -- offsets ----------------------------------------------------------------------------
@@ -95,21 +84,36 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ReadMaxRows(self.max_units) if self.max_units else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        if self.await_end > 0:
-            self._open()
-            body = json.dumps({"stream": self.stream, "timeout": self.await_end}).encode()
-            self._action("stream_wait", body, timeout=self.await_end + self.table.timeout)
+        opened = self._open()
+        wait = self.await_end or (FRESH_STREAM_WAIT if opened.get("opened") else 0.0)
+        if wait > 0:  # (a stream this open started has discovered nothing yet: it read none)
+            self._wait({"timeout": wait})
         self.target = self._latest()
+
+    def _wait(self, request: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps({"stream": self.stream, **request}).encode()
+        return self._action("stream_wait", body, timeout=request["timeout"] + self.table.timeout)
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         latest = self._latest()
+        if any(int(v) > latest.get(k, 0) for k, v in start.items()):
+            # Reopened (closed when idle, or the coordinator restarted): its providers
+            # discover their units again, up to this query's checkpoint if they replay them.
+            waited = self._wait({"timeout": self.table.timeout, "at_least": start})
+            latest = {str(k): int(v) for k, v in waited["offsets"].items()}
         if self.target is not None:
-            latest = {k: min(v, self.target.get(k, v)) for k, v in latest.items()}
+            latest = {
+                k: min(v, max(self.target.get(k, v), int(start.get(k, 0))))
+                for k, v in latest.items()
+            }
         behind = [k for k, v in start.items() if int(v) > latest.get(k, 0)]
         if behind:
             raise FlightfeedError(
-                f"the stream of {self.table.table} on {self.table.uri} is behind this query's"
-                f" checkpoint for partitions {behind}: it was restarted on the coordinator"
+                f"the stream of {self.table.table} on {self.table.uri} has discovered fewer"
+                f" units than this query's checkpoint for partitions {behind} within"
+                f" {self.table.timeout:g}s: it was reopened (closed when idle, or the coordinator"
+                " restarted), and its providers have not discovered those units again (a provider"
+                " that does not replay its units cannot resume this query)"
             )
         if isinstance(limit, ReadMaxRows):
             return _capped(start, latest, limit.max_rows)
@@ -129,6 +133,15 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         command = table_command(
             self.table.table, self.table.arguments, columns=self.table.columns, units=units
         )
+        try:
+            endpoints = self._endpoints(command)
+        except NotFound:  # reopened since its offsets (a micro-batch Spark runs again)
+            self._open()
+            self._wait({"timeout": self.table.timeout, "at_least": units.end})
+            endpoints = self._endpoints(command)
+        return [InputPartition(endpoint) for endpoint in endpoints]
+
+    def _endpoints(self, command: bytes) -> list[client.Endpoint]:
         _, endpoints = client.get_endpoints(
             self.table.uri,
             command,
@@ -136,7 +149,7 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self.table.timeout,
             connection=self.table.connection,
         )
-        return [InputPartition(endpoint) for endpoint in endpoints]
+        return endpoints
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition, self.table, self.schema)
@@ -144,6 +157,32 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def commit(self, end: dict[str, int]) -> None:
         body = json.dumps({"stream": self.stream, "offsets": end}).encode()
         self._action("stream_commit", body)
+
+
+def stream_options(options: Any) -> tuple[int | None, float]:
+    """(maxUnitsPerTrigger, awaitFeedEnd) of a stream read's options, checked; the source's
+    schema() checks them too, when the DataFrame is defined (pyspark hides an error raised
+    where a stream starts behind an UnboundLocalError)."""
+    found = {str(k).lower(): str(v) for k, v in dict(options).items()}
+    max_units: int | None = None
+    if MAX_UNITS_OPTION in found:
+        try:
+            max_units = int(found[MAX_UNITS_OPTION])
+        except ValueError:
+            raise InvalidArgument("option 'maxUnitsPerTrigger' must be an integer") from None
+        if max_units < 1:
+            raise InvalidArgument("option 'maxUnitsPerTrigger' must be at least 1")
+    await_end = 0.0
+    if AWAIT_END_OPTION in found:
+        try:
+            await_end = float(found[AWAIT_END_OPTION])
+        except ValueError:
+            raise InvalidArgument("option 'awaitFeedEnd' must be a number of seconds") from None
+        if await_end < 0:
+            raise InvalidArgument("option 'awaitFeedEnd' must not be negative")
+        if not await_end < math.inf:  # (NaN too)
+            raise InvalidArgument("option 'awaitFeedEnd' must be a finite number of seconds")
+    return max_units, await_end
 
 
 def _capped(start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:

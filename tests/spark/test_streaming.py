@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from flightfeed.cluster import CoordinatorCluster
 from flightfeed.coordinator import table_command
 from flightfeed.coordinator.streams import stream_id
@@ -129,3 +131,52 @@ def test_max_units_per_trigger_bounds_each_micro_batch(
     assert sink.bodies == sorted(
         [f"u{i}".encode() for i in range(5)] + [f"v{i}".encode() for i in range(3)]
     )
+
+
+def test_available_now_over_a_stream_nobody_opened_reads_what_its_providers_have(
+    spark: Any, service: CoordinatorCluster, tmp_path: Path
+) -> None:
+    """A job's first run opens the stream itself: it read nothing, the providers' units not yet
+    discovered when it took its offsets."""
+    live = Live(service)
+    live.portal.call(live.provider.push, 0, b"x", b"y")  # waiting in the provider, not discovered
+    live.portal.call(live.provider.push, 1, b"z")
+    sink = Sink()
+    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(sink)
+    query = writer.option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True)
+    started = query.start()
+    started.awaitTermination(120)
+    assert sink.bodies == [b"x", b"y", b"z"]
+
+
+def test_a_stream_closed_while_idle_resumes_at_the_checkpoint(
+    spark: Any, service: CoordinatorCluster, tmp_path: Path
+) -> None:
+    """Reopened, its providers discover their units again; the query waits for them up to its
+    checkpoint instead of failing as 'behind'."""
+    live = Live(service)
+    live.open()
+    live.push(0, b"a", b"b")
+    checkpoint = str(tmp_path / "checkpoint")
+    first = Sink()
+    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(first)
+    with running(writer.option("checkpointLocation", checkpoint).start()) as query:
+        query.processAllAvailable()
+    assert first.bodies == [b"a", b"b"]
+    live.portal.call(service.coordinator.streams.close_idle, -1.0)  # every stream, idle
+    live.portal.call(live.provider.push, 1, b"c")
+    second = Sink()
+    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(second)
+    with running(writer.option("checkpointLocation", checkpoint).start()) as query:
+        query.processAllAvailable()
+    assert second.bodies == [b"c"]
+
+
+def test_bad_stream_options_are_refused_when_the_dataframe_is_defined(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    """At the query's start pyspark buried the message under an UnboundLocalError."""
+    with pytest.raises(Exception, match="option 'maxUnitsPerTrigger' must be at least 1"):
+        stream_of(spark, service, "any", maxUnitsPerTrigger="0")
+    with pytest.raises(Exception, match="option 'awaitFeedEnd' must be a number of seconds"):
+        stream_of(spark, service, "any", awaitFeedEnd="soon")
