@@ -159,6 +159,7 @@ def _worker(args: argparse.Namespace) -> int:
                     )
                     break
                 await _drain(worker, signals, args.shutdown_grace)
+        _ignore_further_signals()
         print("flightfeed worker stopped", flush=True)
 
     run(main, use_uvloop=not args.no_uvloop)
@@ -220,6 +221,7 @@ def _coordinator(args: argparse.Namespace) -> int:
                         log.info("received %s, shutting down", signal.Signals(signum).name)
                         break
                     tg.cancel_scope.cancel()
+        _ignore_further_signals()
         print("flightfeed coordinator stopped", flush=True)
 
     run(main, use_uvloop=not args.no_uvloop)
@@ -555,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         code: int = args.func(args)
     except KeyboardInterrupt:  # Ctrl-C: what was running was cancelled, nothing went wrong
@@ -567,7 +570,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         for error in errors:
             print(f"flightfeed: error: {error}", file=sys.stderr)
         return 2
+    finally:  # (as they were: a caller in this process keeps its Ctrl-C)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     return code
+
+
+def _ignore_further_signals() -> None:
+    """Served and stopped: what is left is the event loop's teardown, a few milliseconds, where
+    a second Ctrl-C landed as a KeyboardInterrupt inside it ('Cannot close a running event
+    loop', a traceback). `main` puts the handlers back once the command returns."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def user_errors(exc: BaseException) -> list[FlightfeedError] | None:
