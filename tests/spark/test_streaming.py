@@ -74,6 +74,15 @@ def running(query: Any) -> Iterator[Any]:
         query.stop()
 
 
+def all_available(spark: Any, service: CoordinatorCluster, live: Live, checkpoint: str) -> Sink:
+    """What a query from `checkpoint` reads of the live table until it has read all there is."""
+    sink = Sink()
+    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(sink)
+    with running(writer.option("checkpointLocation", checkpoint).start()) as query:
+        query.processAllAvailable()
+    return sink
+
+
 def test_a_stream_sees_units_that_appear_later_and_a_restart_reads_none_twice(
     spark: Any, service: CoordinatorCluster, tmp_path: Path
 ) -> None:
@@ -91,10 +100,7 @@ def test_a_stream_sees_units_that_appear_later_and_a_restart_reads_none_twice(
         query.processAllAvailable()
         assert first.bodies == [b"a", b"b", b"c", b"d"]
     live.push(1, b"e")  # while no query runs
-    second = Sink()
-    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(second)
-    with running(writer.option("checkpointLocation", checkpoint).start()) as query:
-        query.processAllAvailable()
+    second = all_available(spark, service, live, checkpoint)
     assert second.bodies == [b"e"]  # resumed at the checkpoint: nothing read twice
 
 
@@ -158,18 +164,10 @@ def test_a_stream_closed_while_idle_resumes_at_the_checkpoint(
     live.open()
     live.push(0, b"a", b"b")
     checkpoint = str(tmp_path / "checkpoint")
-    first = Sink()
-    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(first)
-    with running(writer.option("checkpointLocation", checkpoint).start()) as query:
-        query.processAllAvailable()
-    assert first.bodies == [b"a", b"b"]
+    assert all_available(spark, service, live, checkpoint).bodies == [b"a", b"b"]
     live.portal.call(service.coordinator.streams.close_idle, -1.0)  # every stream, idle
     live.portal.call(live.provider.push, 1, b"c")
-    second = Sink()
-    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(second)
-    with running(writer.option("checkpointLocation", checkpoint).start()) as query:
-        query.processAllAvailable()
-    assert second.bodies == [b"c"]
+    assert all_available(spark, service, live, checkpoint).bodies == [b"c"]
 
 
 def test_bad_stream_options_are_refused_when_the_dataframe_is_defined(
