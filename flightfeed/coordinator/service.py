@@ -20,7 +20,10 @@ and reads the results in parallel, straight from the workers.
   answers the offsets now; "stream_commit" ({"stream", "offsets"}) drops the units below them;
   "stream_wait" ({"stream", "timeout"}) waits until every provider of a finite feed ended, or
   with "at_least" (offsets) until every partition discovered that many units; "stream_open"
-  says "opened": true when it started the stream (it has discovered nothing yet).
+  says "opened": true when it started the stream (it has discovered nothing yet). Every
+  answer names the stream's "incarnation" (this opening of it); a commit, an "at_least" and a
+  `stream_range` may carry the incarnation their offsets were taken in, and are refused when
+  the stream was reopened since and its providers are not deterministic.
   A TableQuery with a `stream_range` reads exactly those units (a micro-batch).
 
 The caller's own headers (not gRPC's or HTTP/2's) go to the workers' session builders with
@@ -56,7 +59,7 @@ from ..protocol.tickets import parse_ticket
 from .catalog import Catalog
 from .coordinator import Coordinator
 from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
-from .streams import stream_key
+from .streams import FeedStream, stream_key
 from .table_query import ParsedTableQuery, parse_table_query, query_plan
 
 RELEASE_ACTION: Final = "release"
@@ -151,6 +154,7 @@ class CoordinatorService(FlightHandler):
         """The plan's feeds served from its stream's log: exactly the units in range."""
         assert query.units is not None
         stream = self.coordinator.streams.get(query.units.stream)
+        stream.check_incarnation(query.units.incarnation or None, "the micro-batch's offsets")
         feeds = self.coordinator.planner.feeds_in(plan)
         slices = stream.providers(query.units.start, query.units.end)
         if len(feeds) != len(slices):
@@ -164,12 +168,14 @@ class CoordinatorService(FlightHandler):
         request = _stream_request("stream_wait", body)
         stream = self.coordinator.streams.get(request["stream"])
         at_least = _offsets(request, "at_least") if "at_least" in request else None
+        if at_least is not None:
+            stream.check_incarnation(_incarnation(request), "the 'at_least' offsets")
         with anyio.move_on_after(_wait_seconds(request)):
             if at_least is None:
                 await stream.wait_ended()
             else:
                 await stream.wait_reached(at_least)
-        return {"stream": stream.stream_id, "offsets": stream.latest(), "ended": stream.ended}
+        return _stream_answer(stream)
 
     def _stream_action(self, kind: str, body: bytes) -> dict[str, Any]:
         streams = self.coordinator.streams
@@ -178,18 +184,14 @@ class CoordinatorService(FlightHandler):
             query = parse_table_query(FlightDescriptor(cmd=body))
             plan = self.catalog.plan(query.table, query.arguments)
             stream = self.coordinator.open_stream(stream_key(query.table, query.arguments), plan)
-            return {
-                "stream": stream.stream_id,
-                "start": stream.start(),
-                "offsets": stream.latest(),
-                "ended": stream.ended,
-                "opened": stream.fresh,
-            }
+            return {**_stream_answer(stream), "start": stream.start(), "opened": stream.fresh}
         request = _stream_request(kind, body)
         stream = streams.get(request["stream"])
         if kind == "stream_commit":
-            stream.commit(_offsets(request))
-        return {"stream": stream.stream_id, "offsets": stream.latest(), "ended": stream.ended}
+            offsets = _offsets(request)
+            stream.check_incarnation(_incarnation(request), "the committed offsets")
+            stream.commit(offsets)
+        return _stream_answer(stream)
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
         if action.type == "stream_wait":
@@ -266,6 +268,24 @@ def _stream_request(kind: str, body: bytes) -> dict[str, Any]:
     if not isinstance(request, dict) or not isinstance(request.get("stream"), str):
         raise InvalidArgument(f"{kind} needs a JSON body, an object with a string 'stream'")
     return request
+
+
+def _stream_answer(stream: FeedStream) -> dict[str, Any]:
+    """What every stream action answers: the offsets now, in which incarnation."""
+    return {
+        "stream": stream.stream_id,
+        "incarnation": stream.incarnation,
+        "offsets": stream.latest(),
+        "ended": stream.ended,
+    }
+
+
+def _incarnation(request: dict[str, Any]) -> str | None:
+    """The request's 'incarnation' (the stream's opening its offsets were taken in), if any."""
+    value = request.get("incarnation")
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgument(f"'incarnation' must be a string, got {repr(value)[:100]}")
+    return value
 
 
 def _wait_seconds(request: dict[str, Any]) -> float:

@@ -10,6 +10,13 @@ micro-batch whose range holds it, and a retried micro-batch reads the same units
 Memory stays bounded: a partition's provider pauses once `max_backlog` units wait uncommitted,
 and committing an offset drops the units below it. A stream nobody asked about for `idle_ttl`
 is closed.
+
+Each opening of a stream is an incarnation with an id of its own, which readers keep with their
+offsets. A reopened stream (closed when idle or after a provider failed, or on a new
+coordinator) numbers its units from 0 again: offsets of an earlier incarnation name the same
+units only when every provider of the table declares `deterministic = True` (a new provider
+discovers the same units in the same order). Otherwise a request carrying them is refused
+(Conflict) rather than served units it never meant: a queue's new units would be skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from ..errors import FeedError, InvalidArgument, NotFound
+from ..errors import Conflict, FeedError, InvalidArgument, NotFound
 from ..feeds import FeedRegistry, WorkUnitFeed
 from ..feeds.provider import encode_unit
 from ..plan.base import ExecutionPlan, TaskContext
@@ -95,8 +102,14 @@ class FeedStream:
         if not feeds:
             raise InvalidArgument("a table read as a stream needs a work-unit feed in its plan")
         self.stream_id = stream_id
+        self.incarnation = uuid.uuid4().hex[:16]
+        """This opening of the stream (module docstring)."""
         self.plan = plan
         self.feeds = [feed for _, feed in feeds]
+        self.deterministic = all(
+            getattr(feed.try_inner(), "deterministic", False) is True for feed in self.feeds
+        )
+        """Every provider discovers the same units in the same order whenever it runs."""
         self.max_backlog = max_backlog
         self.logs: dict[str, _Log] = {}
         self.last_used = anyio.current_time()
@@ -112,6 +125,24 @@ class FeedStream:
 
     def touch(self) -> None:
         self.last_used = anyio.current_time()
+
+    def check_incarnation(self, incarnation: str | None, what: str) -> None:
+        """Refuse `what` (a request's offsets) taken in another incarnation of this stream,
+        unless its providers are deterministic; None: a client that does not say (unchecked)."""
+        if incarnation is None or incarnation == self.incarnation or self.deterministic:
+            return
+        raise Conflict(
+            f"{what} of stream {self.stream_id} were taken before the stream was reopened (closed"
+            " when idle or after a provider failed, or a new coordinator), and its feed's"
+            " provider does not declare `deterministic = True`: the reopened stream numbers new"
+            " units from 0, so those offsets would skip or repeat units. Start the query from a"
+            " new checkpoint to read the reopened stream from its start"
+        )
+
+    @property
+    def failed(self) -> bool:
+        """A provider failed: the stream reports it until it is reopened."""
+        return any(log.error is not None for log in self.logs.values())
 
     def start(self) -> Offsets:
         """The oldest units the stream still holds, per partition key (a new reader's start)."""
@@ -146,7 +177,10 @@ class FeedStream:
         self.touch()
         for key, log in self.logs.items():
             if log.error is not None:
-                raise FeedError(f"stream {self.stream_id} partition {key}: {log.error}")
+                raise FeedError(
+                    f"stream {self.stream_id} partition {key}: {log.error} (the next stream_open"
+                    " starts the stream anew: a restarted query does)"
+                )
         return {key: log.end for key, log in self.logs.items()}
 
     def commit(self, offsets: Mapping[str, int]) -> None:
@@ -217,10 +251,13 @@ class StreamRegistry:
         """The stream of `key` (a table and its arguments), started if new (`fresh`)."""
         found_id = uuid.uuid5(uuid.NAMESPACE_URL, key).hex
         found = self._streams.get(found_id)
-        if found is not None:
+        if found is not None and not found.failed:
             found.touch()
             found.fresh = False
             return found
+        if found is not None:  # its failure was reported to its readers: a new incarnation
+            found.scope.cancel()
+            del self._streams[found_id]
         if self._registry is None:
             raise InvalidArgument("the coordinator has no FeedRegistry: no table can stream")
         feeds = self._registry.feeds_in(plan)

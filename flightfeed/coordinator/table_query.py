@@ -33,6 +33,8 @@ class UnitRange:
     stream: str
     start: dict[str, int]
     end: dict[str, int]
+    incarnation: str = ""
+    """The stream's opening these offsets were taken in (streams.py); empty: unchecked."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,12 @@ def table_command(
             arguments=[_argument(value) for value in arguments],
             columns=list(columns),
             filters=[expr_to_proto(f) for f in filters],
-            stream_range=StreamRange(stream=units.stream, start=units.start, end=units.end)
+            stream_range=StreamRange(
+                stream=units.stream,
+                start=units.start,
+                end=units.end,
+                incarnation=units.incarnation,
+            )
             if units is not None
             else None,
         )
@@ -114,7 +121,7 @@ def parse_table_query(descriptor: FlightDescriptor) -> ParsedTableQuery:
     units = None
     if query.stream_range is not None:
         found = query.stream_range
-        units = UnitRange(found.stream, dict(found.start), dict(found.end))
+        units = UnitRange(found.stream, dict(found.start), dict(found.end), found.incarnation)
     return ParsedTableQuery(
         query.table,
         tuple(arguments),

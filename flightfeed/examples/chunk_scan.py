@@ -17,7 +17,7 @@ import struct
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import ClassVar, Protocol, TypeAlias
 
 import anyio
 import numpy as np
@@ -72,6 +72,8 @@ class ChunkFeedProvider:
     task_count: int
     delay: float = 0.0
     unit_type: type[Chunk] = Chunk
+    deterministic: ClassVar[bool] = True
+    """The same chunks whenever it runs: a stream of it resumes on a new coordinator."""
 
     async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[Chunk]:
         for n_rows in self.per_partition_chunks[partition]:

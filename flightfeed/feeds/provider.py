@@ -33,6 +33,11 @@ class WorkUnitFeedProvider(Protocol[U_co]):
 
     `feed` is called once per partition and runs in its own pull loop, so a slow partition never
     delays another. An optional `metrics() -> Mapping[str, int]` is surfaced on the coordinator.
+    An optional `deterministic = True` says that any provider made for the same table and
+    arguments discovers the same units of each partition in the same order (a file listing, a
+    generated range; a queue's does not): a table's stream reopened on a new coordinator then
+    resumes its readers at their checkpoints (coordinator/streams.py); without it they are
+    refused, since the reopened stream's units are not the ones their offsets counted.
     """
 
     @property

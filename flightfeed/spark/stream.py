@@ -8,10 +8,13 @@ too), `Trigger.AvailableNow` reads what was discovered when the query started (w
 `awaitFeedEnd` seconds, it first waits up to that long for a finite feed to be discovered
 whole: what a triggered Declarative Pipeline run over a finite feed wants), and a query
 restarted from its checkpoint resumes at the checkpointed offsets: no unit is read twice. A
-stream reopened on the coordinator (closed when idle, or a new coordinator) starts from nothing:
-a query behind its checkpoint waits for the providers to discover those units again, and a
-micro-batch Spark runs again reopens it. A stream that AvailableNow's own open started gets a
-few seconds to discover what its providers have before the run's offsets are taken.
+stream reopened on the coordinator (closed when idle or after a provider failed, or a new
+coordinator) starts from nothing: a query behind its checkpoint waits for the providers to
+discover those units again, and a micro-batch Spark runs again reopens it. An offset names the
+stream's incarnation it was taken in ({"incarnation", "units"}): the coordinator refuses
+offsets of an earlier incarnation when the providers are not deterministic (their new units
+are not the ones counted). A stream that AvailableNow's own open started gets a few seconds to
+discover what its providers have before the run's offsets are taken.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.stream = stream_id(table.table, list(table.arguments))
         self.max_units, self.await_end = stream_options(options)
         self.target: dict[str, int] | None = None
+        self.opened = False
+        """This reader opened the stream once (a failed stream is started anew by an open)."""
 
     # -- offsets ----------------------------------------------------------------------------
 
@@ -68,17 +73,21 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             table.uri, kind, body, table.headers, timeout, connection=table.connection
         )
 
-    def _latest(self) -> dict[str, int]:
+    def _latest(self) -> dict[str, Any]:
+        """The stream's answer now: its incarnation and offsets."""
+        if not self.opened:  # (a query restarted after its stream failed starts it anew)
+            self.opened = True
+            return self._open()
         body = json.dumps({"stream": self.stream}).encode()
         try:
-            answer = self._action("stream_latest", body)
+            return self._action("stream_latest", body)
         except NotFound:  # closed while idle: open it again (its offsets restart)
-            answer = self._open()
-        return {str(k): int(v) for k, v in answer["offsets"].items()}
+            return self._open()
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         opened = self._open()
-        return {str(k): int(v) for k, v in opened["start"].items()}
+        self.opened = True
+        return _offset(opened["incarnation"], _counts(opened["start"]))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_units) if self.max_units else ReadAllAvailable()
@@ -88,19 +97,30 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         wait = self.await_end or (FRESH_STREAM_WAIT if opened.get("opened") else 0.0)
         if wait > 0:  # (a stream this open started has discovered nothing yet: it read none)
             self._wait({"timeout": wait})
-        self.target = self._latest()
+        self.target = _counts(self._latest()["offsets"])
 
     def _wait(self, request: dict[str, Any]) -> dict[str, Any]:
         body = json.dumps({"stream": self.stream, **request}).encode()
         return self._action("stream_wait", body, timeout=request["timeout"] + self.table.timeout)
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        latest = self._latest()
-        if any(int(v) > latest.get(k, 0) for k, v in start.items()):
-            # Reopened (closed when idle, or the coordinator restarted): its providers
-            # discover their units again, up to this query's checkpoint if they replay them.
-            waited = self._wait({"timeout": self.table.timeout, "at_least": start})
-            latest = {str(k): int(v) for k, v in waited["offsets"].items()}
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        answer = self._latest()
+        latest = _counts(answer["offsets"])
+        begun, incarnation = _units(start), _incarnation(start)
+        reopened = incarnation is not None and incarnation != answer["incarnation"]
+        if reopened or any(v > latest.get(k, 0) for k, v in begun.items()):
+            # Reopened (closed when idle or after a failure, or a new coordinator): its
+            # providers discover their units again, up to this query's checkpoint if they are
+            # deterministic (the coordinator refuses these offsets otherwise).
+            answer = self._wait(_at_least(begun, incarnation, self.table.timeout))
+            latest = _counts(answer["offsets"])
+        return _offset(answer["incarnation"], self._end(begun, latest, limit))
+
+    def _end(
+        self, start: dict[str, int], latest: dict[str, int], limit: ReadLimit
+    ) -> dict[str, int]:
+        """The next micro-batch's end: what was discovered, within AvailableNow's target and
+        the read limit."""
         if self.target is not None:
             latest = {
                 k: min(v, max(self.target.get(k, v), int(start.get(k, 0))))
@@ -111,25 +131,26 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             raise FlightfeedError(
                 f"the stream of {self.table.table} on {self.table.uri} has discovered fewer"
                 f" units than this query's checkpoint for partitions {behind} within"
-                f" {self.table.timeout:g}s: it was reopened (closed when idle, or the coordinator"
-                " restarted), and its providers have not discovered those units again (a provider"
-                " that does not replay its units cannot resume this query)"
+                f" {self.table.timeout:g}s: it was reopened (closed when idle or after a provider"
+                " failed, or the coordinator restarted), and its providers have not discovered"
+                " those units again"
             )
         if isinstance(limit, ReadMaxRows):
             return _capped(start, latest, limit.max_rows)
         return latest
 
-    def reportLatestOffset(self) -> dict[str, int] | None:
-        return self._latest()
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        answer = self._latest()
+        return _offset(answer["incarnation"], _counts(answer["offsets"]))
 
     # -- micro-batches ------------------------------------------------------------------------
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        if all(int(end.get(k, 0)) <= int(v) for k, v in start.items()) and set(end) <= set(start):
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        first, last = _units(start), _units(end)
+        if all(last.get(k, 0) <= v for k, v in first.items()) and set(last) <= set(first):
             return []
-        units = UnitRange(
-            self.stream, {k: int(v) for k, v in start.items()}, {k: int(v) for k, v in end.items()}
-        )
+        incarnation = _incarnation(end)
+        units = UnitRange(self.stream, first, last, incarnation or "")
         command = table_command(
             self.table.table, self.table.arguments, columns=self.table.columns, units=units
         )
@@ -137,7 +158,7 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             endpoints = self._endpoints(command)
         except NotFound:  # reopened since its offsets (a micro-batch Spark runs again)
             self._open()
-            self._wait({"timeout": self.table.timeout, "at_least": units.end})
+            self._wait(_at_least(last, incarnation, self.table.timeout))
             endpoints = self._endpoints(command)
         return [InputPartition(endpoint) for endpoint in endpoints]
 
@@ -154,9 +175,41 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition, self.table, self.schema)
 
-    def commit(self, end: dict[str, int]) -> None:
-        body = json.dumps({"stream": self.stream, "offsets": end}).encode()
-        self._action("stream_commit", body)
+    def commit(self, end: dict[str, Any]) -> None:
+        request: dict[str, Any] = {"stream": self.stream, "offsets": _units(end)}
+        incarnation = _incarnation(end)
+        if incarnation is not None:
+            request["incarnation"] = incarnation
+        self._action("stream_commit", json.dumps(request).encode())
+
+
+def _offset(incarnation: str, units: dict[str, int]) -> dict[str, Any]:
+    """A Spark offset: units discovered per partition key, in the stream's `incarnation`."""
+    return {"incarnation": str(incarnation), "units": units}
+
+
+def _units(offset: dict[str, Any]) -> dict[str, int]:
+    """An offset's unit counts; a checkpoint from before incarnations holds only the counts."""
+    found = offset.get("units")
+    return _counts(found if isinstance(found, dict) else offset)
+
+
+def _incarnation(offset: dict[str, Any]) -> str | None:
+    """The stream incarnation an offset was taken in (None: a checkpoint from before them)."""
+    found = offset.get("incarnation")
+    return found if isinstance(found, str) else None
+
+
+def _counts(offsets: dict[str, Any]) -> dict[str, int]:
+    return {str(k): int(v) for k, v in offsets.items()}
+
+
+def _at_least(units: dict[str, int], incarnation: str | None, timeout: float) -> dict[str, Any]:
+    """A stream_wait until `units` were discovered, checked against their incarnation."""
+    request: dict[str, Any] = {"timeout": timeout, "at_least": units}
+    if incarnation is not None:
+        request["incarnation"] = incarnation
+    return request
 
 
 def stream_options(options: Any) -> tuple[int | None, float]:

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from ..coordinator import Catalog, TaskEstimation, TaskEstimator
 from ..errors import InvalidArgument, PlanDecodeError
-from ..feeds import FEED_INBOX_KEY, FeedInbox, FeedRegistry, WorkUnitFeed
+from ..feeds import FEED_INBOX_KEY, FeedInbox, FeedRegistry, WorkUnitFeed, WorkUnitFeedProvider
 from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
 from ..protocol import WorkUnitFeedProto
 from ..session import Session, SessionStateBuilder, WorkerQueryContext
@@ -141,6 +141,8 @@ class UnitProvider:
     """The provider arrives at it when its first partition starts, and each partition waits
     there after its units, before it ends (constant `body` units)."""
     _arrived: bool = field(default=False, repr=False)
+    deterministic: ClassVar[bool] = True
+    """Its units are fixed when it is made: the same whenever it runs."""
 
     def __post_init__(self) -> None:
         if self.units is not None:
@@ -259,13 +261,19 @@ class UnitProvider:
 class LiveProvider:
     """Units that appear while it runs: a test `push`es them (on the provider's event loop,
     e.g. through a cluster's portal), as a queue or an API would hand out new work. A
-    partition ends when `end`ed; until then its readers wait for more."""
+    partition ends when `end`ed; until then its readers wait for more.
+
+    Every run of `feed` hands out every unit pushed, from the first (`deterministic`); as a
+    `queue`, each unit once, to whichever run takes it first (a new run gets only new ones)."""
 
     unit_type: type[bytes] = bytes
 
-    def __init__(self, partitions: int) -> None:
+    def __init__(self, partitions: int, *, queue: bool = False) -> None:
         self.partitions = partitions
+        self.queue = queue
+        self.deterministic = not queue
         self._units: list[list[bytes]] = [[] for _ in range(partitions)]
+        self._taken = [0] * partitions
         self._ended = [False] * partitions
         self._more = [anyio.Event() for _ in range(partitions)]
 
@@ -286,11 +294,13 @@ class LiveProvider:
         self._more[partition] = anyio.Event()
 
     async def feed(self, partition: int, ctx: TaskContext) -> AsyncIterator[bytes]:
-        given = 0
+        given = self._taken[partition] if self.queue else 0
         units = self._units[partition]
         while True:
             while given < len(units):
                 given += 1
+                if self.queue:
+                    self._taken[partition] = given
                 yield units[given - 1]
             if self._ended[partition]:
                 return
@@ -300,13 +310,15 @@ class LiveProvider:
 LIVE_PROVIDERS: dict[str, LiveProvider] = {}
 
 
-def live_provider(name: str, partitions: int) -> LiveProvider:
+def live_provider(name: str, partitions: int, *, queue: bool = False) -> LiveProvider:
     """The LiveProvider called `name` in this process (made on first use)."""
     found = LIVE_PROVIDERS.get(name)
     if found is None:
-        found = LIVE_PROVIDERS[name] = LiveProvider(partitions)
-    if found.partitions != partitions:
-        raise InvalidArgument(f"live provider {name!r} has {found.partitions} partitions")
+        found = LIVE_PROVIDERS[name] = LiveProvider(partitions, queue=queue)
+    if found.partitions != partitions or found.queue != queue:
+        raise InvalidArgument(
+            f"live provider {name!r} has {found.partitions} partitions (queue={found.queue})"
+        )
     return found
 
 
@@ -457,8 +469,15 @@ class UnitScanEstimator:
         )
 
 
+class PartitionedProvider(WorkUnitFeedProvider[bytes], Protocol):
+    """A provider of raw bodies that says how many partitions it has (UnitScan's input)."""
+
+    @property
+    def partitions(self) -> int: ...
+
+
 def unit_scan(
-    provider: UnitProvider | LiveProvider,
+    provider: PartitionedProvider,
     *,
     every: int = 1,
     probe: Probe | None = None,

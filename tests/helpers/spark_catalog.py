@@ -138,6 +138,11 @@ def spark_test_catalog() -> Catalog:
         """Units pushed while it is read (flightfeed.testing.feeds.live_provider)."""
         return unit_scan(live_provider(name, partitions))
 
+    @found.table("queue")
+    def queue(name: str, partitions: int) -> ExecutionPlan:
+        """Units pushed while it is read, each handed out once (not deterministic)."""
+        return unit_scan(live_provider(name, partitions, queue=True))
+
     @found.table("tagged")
     def tagged() -> ExecutionPlan:
         """numbers, with the query's x-tag header in column `tag`."""

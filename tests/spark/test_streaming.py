@@ -8,6 +8,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ from flightfeed.spark.client import stream_action
 from flightfeed.testing.feeds import LiveProvider, live_provider
 
 
-def stream_of(spark: Any, service: CoordinatorCluster, name: str, **options: str) -> Any:
+def stream_of(
+    spark: Any, service: CoordinatorCluster, name: str, table: str = "live", **options: str
+) -> Any:
     reader = spark.readStream.format("flightfeed").option("uri", service.location)
-    reader = reader.option("table", "live").option("args", json.dumps([name, 2]))
+    reader = reader.option("table", table).option("args", json.dumps([name, 2]))
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -43,26 +46,31 @@ class Sink:
 
 
 class Live:
-    """A live table's provider, pushed to on the cluster's event loop."""
+    """A live table's provider, pushed to on the cluster's event loop (as a `queue`: the
+    "queue" table, whose provider hands each unit out once)."""
 
-    def __init__(self, service: CoordinatorCluster) -> None:
+    def __init__(self, service: CoordinatorCluster, *, queue: bool = False) -> None:
         assert service.portal is not None
         self.service = service
         self.portal = service.portal
         self.name = uuid.uuid4().hex
-        self.provider: LiveProvider = self.portal.call(live_provider, self.name, 2)
+        self.table = "queue" if queue else "live"
+        self.provider: LiveProvider = self.portal.call(
+            partial(live_provider, self.name, 2, queue=queue)
+        )
 
     def push(self, partition: int, *bodies: bytes) -> None:
         """Push units and wait until the stream's providers discovered them (so a query's
-        next offsets include them)."""
+        next offsets include them; a stream opened before the first push)."""
+        stream = self.service.coordinator.streams.get(stream_id(self.table, [self.name, 2]))
+        key = f"0:{partition}"
+        discovered = self.portal.call(stream.latest)[key] + len(bodies)
         self.portal.call(self.provider.push, partition, *bodies)
-        stream = self.service.coordinator.streams.get(stream_id("live", [self.name, 2]))
-        pushed = self.provider.pushed(partition)
-        self.portal.call(stream.wait_discovered, f"0:{partition}", pushed)
+        self.portal.call(stream.wait_discovered, key, discovered)
 
     def open(self) -> None:
         """Open the stream, as a query's first offsets would."""
-        command = table_command("live", [self.name, 2])
+        command = table_command(self.table, [self.name, 2])
         stream_action(self.service.location, "stream_open", command, {})
 
 
@@ -77,7 +85,7 @@ def running(query: Any) -> Iterator[Any]:
 def all_available(spark: Any, service: CoordinatorCluster, live: Live, checkpoint: str) -> Sink:
     """What a query from `checkpoint` reads of the live table until it has read all there is."""
     sink = Sink()
-    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(sink)
+    writer = stream_of(spark, service, live.name, live.table).writeStream.foreachBatch(sink)
     with running(writer.option("checkpointLocation", checkpoint).start()) as query:
         query.processAllAvailable()
     return sink
@@ -112,7 +120,7 @@ def test_available_now_reads_what_was_discovered_and_stops(
     live.push(0, b"p", b"q")
     live.push(1, b"r")
     sink = Sink()
-    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(sink)
+    writer = stream_of(spark, service, live.name, live.table).writeStream.foreachBatch(sink)
     query = writer.option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True)
     started = query.start()
     started.awaitTermination(120)
@@ -148,7 +156,7 @@ def test_available_now_over_a_stream_nobody_opened_reads_what_its_providers_have
     live.portal.call(live.provider.push, 0, b"x", b"y")  # waiting in the provider, not discovered
     live.portal.call(live.provider.push, 1, b"z")
     sink = Sink()
-    writer = stream_of(spark, service, live.name).writeStream.foreachBatch(sink)
+    writer = stream_of(spark, service, live.name, live.table).writeStream.foreachBatch(sink)
     query = writer.option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True)
     started = query.start()
     started.awaitTermination(120)
@@ -168,6 +176,26 @@ def test_a_stream_closed_while_idle_resumes_at_the_checkpoint(
     live.portal.call(service.coordinator.streams.close_idle, -1.0)  # every stream, idle
     live.portal.call(live.provider.push, 1, b"c")
     assert all_available(spark, service, live, checkpoint).bodies == [b"c"]
+
+
+def test_a_query_resumed_over_a_reopened_queue_fails_rather_than_skip_units(
+    spark: Any, service: CoordinatorCluster, tmp_path: Path
+) -> None:
+    """A queue hands its new units to the reopened stream numbered from 0: resumed at its
+    checkpoint (2 units read), the query read only e of c, d and e, without a word."""
+    live = Live(service, queue=True)
+    live.open()
+    live.push(0, b"a", b"b")
+    checkpoint = str(tmp_path / "checkpoint")
+    assert all_available(spark, service, live, checkpoint).bodies == [b"a", b"b"]
+    live.portal.call(service.coordinator.streams.close_idle, -1.0)  # every stream, idle
+    live.open()
+    live.push(0, b"c", b"d", b"e")
+    with pytest.raises(Exception, match="deterministic = True") as failed:
+        all_available(spark, service, live, checkpoint)
+    assert "Start the query from a new checkpoint" in str(failed.value)
+    fresh = str(tmp_path / "fresh")
+    assert all_available(spark, service, live, fresh).bodies == [b"c", b"d", b"e"]
 
 
 def test_bad_stream_options_are_refused_when_the_dataframe_is_defined(

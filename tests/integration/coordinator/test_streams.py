@@ -1,6 +1,7 @@
 """Tables read as streams: offsets are the units discovered so far; a micro-batch reads exactly
 the units of its range from the workers; commits drop them; an uncommitted backlog pauses the
-provider."""
+provider; offsets of an earlier opening of the stream are taken only from deterministic
+providers; a failed stream is started anew by the next open."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import ClassVar
 
 import anyio
 import pyarrow as pa
@@ -41,7 +43,39 @@ def catalog() -> Catalog:
     def counted(per_partition: int) -> ExecutionPlan:
         return unit_scan(UnitProvider([per_partition] * 2))
 
+    @found.table("queue")
+    def queue(name: str, partitions: int) -> ExecutionPlan:
+        return unit_scan(live_provider(name, partitions, queue=True))
+
+    @found.table("flaky")
+    def flaky(name: str) -> ExecutionPlan:
+        return unit_scan(FailsFirstRun.named(name))
+
     return found
+
+
+class FailsFirstRun:
+    """Two units in one partition; the first run fails after the first unit (a source that was
+    briefly unreachable). Deterministic: every run that does not fail gives the same units."""
+
+    unit_type = bytes
+    partitions = 1
+    deterministic = True
+    made: ClassVar[dict[str, FailsFirstRun]] = {}
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    @classmethod
+    def named(cls, name: str) -> FailsFirstRun:
+        return cls.made.setdefault(name, cls())
+
+    async def feed(self, partition: int, ctx: object) -> AsyncIterator[bytes]:
+        self.runs += 1
+        yield b"first"
+        if self.runs == 1:
+            raise ConnectionError("the source did not answer")
+        yield b"second"
 
 
 @asynccontextmanager
@@ -183,3 +217,97 @@ async def test_bad_stream_action_bodies_are_invalid_arguments(
         assert "offsets" in await anyio.to_thread.run_sync(
             action, cluster.location, "stream_latest", latest
         )
+
+
+def _body(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+async def test_offsets_of_a_reopened_queue_are_refused_not_served() -> None:
+    """A provider that hands each unit out once numbers the reopened stream's units from 0: a
+    query resuming at its checkpoint of 2 skipped the first 2 new units without a word."""
+    name = uuid.uuid4().hex
+    args: list[int | float | str | bool] = [name, 1]
+    provider = live_provider(name, 1, queue=True)
+    async with service() as cluster:
+        location = cluster.location
+        opened = await anyio.to_thread.run_sync(
+            action, location, "stream_open", table_command("queue", args)
+        )
+        stream = cluster.coordinator.streams.get(str(opened["stream"]))
+        provider.push(0, b"a", b"b")
+        await stream.wait_discovered("0:0", 2)
+        old = str(opened["incarnation"])
+        cluster.coordinator.streams.close_idle(-1.0)  # every stream, as after 10 idle minutes
+        provider.push(0, b"c", b"d", b"e")
+        reopened = await anyio.to_thread.run_sync(
+            action, location, "stream_open", table_command("queue", args)
+        )
+        assert reopened["incarnation"] != old
+        stream = cluster.coordinator.streams.get(str(opened["stream"]))
+        await stream.wait_discovered("0:0", 3)  # c, d, e: units 0..2 of the new opening
+        checkpoint = {"0:0": 2}
+        refusals = [
+            ("stream_wait", _body(stream=opened["stream"], at_least=checkpoint, incarnation=old)),
+            ("stream_commit", _body(stream=opened["stream"], offsets=checkpoint, incarnation=old)),
+        ]
+        for kind, body in refusals:
+            with pytest.raises(pa.ArrowException, match="deterministic = True"):
+                await anyio.to_thread.run_sync(action, location, kind, body)
+        late = UnitRange(str(opened["stream"]), checkpoint, {"0:0": 3}, old)
+        with pytest.raises(pa.ArrowException, match="new checkpoint"):
+            await anyio.to_thread.run_sync(read_range, location, "queue", args, late)
+        assert stream.start() == {"0:0": 0}  # the refused commit dropped nothing
+        current = UnitRange(
+            str(opened["stream"]), {"0:0": 0}, {"0:0": 3}, str(reopened["incarnation"])
+        )
+        table = await anyio.to_thread.run_sync(read_range, location, "queue", args, current)
+        assert sorted(table.column("body").to_pylist()) == [b"c", b"d", b"e"]
+
+
+async def test_offsets_of_a_reopened_deterministic_stream_resume_where_they_were() -> None:
+    name = uuid.uuid4().hex
+    args: list[int | float | str | bool] = [name, 1]
+    provider = live_provider(name, 1)
+    async with service() as cluster:
+        location = cluster.location
+        opened = await anyio.to_thread.run_sync(
+            action, location, "stream_open", table_command("live", args)
+        )
+        provider.push(0, b"a", b"b", b"c")
+        cluster.coordinator.streams.close_idle(-1.0)
+        await anyio.to_thread.run_sync(action, location, "stream_open", table_command("live", args))
+        waited = await anyio.to_thread.run_sync(
+            action,
+            location,
+            "stream_wait",
+            _body(stream=opened["stream"], at_least={"0:0": 2}, incarnation=opened["incarnation"]),
+        )
+        assert waited["offsets"]["0:0"] >= 2  # type: ignore[index]
+        rest = UnitRange(str(opened["stream"]), {"0:0": 2}, {"0:0": 3}, str(opened["incarnation"]))
+        table = await anyio.to_thread.run_sync(read_range, location, "live", args, rest)
+        assert table.column("body").to_pylist() == [b"c"]
+
+
+async def test_a_failed_stream_reports_its_failure_until_opened_again() -> None:
+    """A provider's failure was kept for the stream's life: every later query failed with it
+    until the coordinator restarted."""
+    name = uuid.uuid4().hex
+    async with service() as cluster:
+        location = cluster.location
+        opened = await anyio.to_thread.run_sync(
+            action, location, "stream_open", table_command("flaky", [name])
+        )
+        wait = _body(stream=opened["stream"], timeout=30)
+        with pytest.raises(pa.ArrowException, match="the source did not answer"):
+            await anyio.to_thread.run_sync(action, location, "stream_wait", wait)
+        latest = _body(stream=opened["stream"])
+        with pytest.raises(pa.ArrowException, match="the next stream_open starts the stream anew"):
+            await anyio.to_thread.run_sync(action, location, "stream_latest", latest)
+        again = await anyio.to_thread.run_sync(
+            action, location, "stream_open", table_command("flaky", [name])
+        )
+        assert again["incarnation"] != opened["incarnation"]
+        waited = await anyio.to_thread.run_sync(action, location, "stream_wait", wait)
+        assert waited["ended"] is True
+        assert waited["offsets"] == {"0:0": 2}

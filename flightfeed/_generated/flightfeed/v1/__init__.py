@@ -1608,6 +1608,11 @@ class StreamRange(betterproto2.Message):
         map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_UINT64),
     )
 
+    incarnation: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The stream's incarnation (an opening of it) these offsets were taken in; empty: unchecked.
+    """
+
 
 default_message_pool.register_message("flightfeed.v1", "StreamRange", StreamRange)
 
