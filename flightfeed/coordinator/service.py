@@ -21,9 +21,12 @@ and reads the results in parallel, straight from the workers.
   "stream_wait" ({"stream", "timeout"}) waits until every provider of a finite feed ended, or
   with "at_least" (offsets) until every partition discovered that many units; "stream_open"
   says "opened": true when it started the stream (it has discovered nothing yet). Every
-  answer names the stream's "incarnation" (this opening of it); a commit, an "at_least" and a
-  `stream_range` may carry the incarnation their offsets were taken in, and are refused when
-  the stream was reopened since and its providers are not deterministic.
+  answer names the stream's "incarnation" (this opening of it); a commit, an "at_least", a
+  "position" and a `stream_range` may carry the incarnation their offsets were taken in, and
+  are refused when the stream was reopened since and its providers are not deterministic.
+  "stream_latest" and "stream_commit" with a "reader" (a name) keep that reader's position
+  ("position" sets it; the answer's "position" is where it is): units are dropped once every
+  named reader committed past them.
   A TableQuery with a `stream_range` reads exactly those units (a micro-batch).
 
 The caller's own headers (not gRPC's or HTTP/2's) go to the workers' session builders with
@@ -70,6 +73,7 @@ noticed within 8 s: flight/keepalive.py)."""
 EXPLAIN_ACTION: Final = "explain"
 STREAM_ACTIONS: Final = ("stream_open", "stream_latest", "stream_commit", "stream_wait")
 STREAM_IDLE_TTL: Final = 600.0
+MAX_READER_NAME: Final = 128
 """Seconds a stream nobody asked about keeps running its providers."""
 DEFAULT_STREAM_WAIT: Final = 60.0
 """Seconds a stream_wait without a 'timeout' waits for its stream's feeds to end."""
@@ -187,11 +191,18 @@ class CoordinatorService(FlightHandler):
             return {**_stream_answer(stream), "start": stream.start(), "opened": stream.fresh}
         request = _stream_request(kind, body)
         stream = streams.get(request["stream"])
+        reader = _reader(request)
         if kind == "stream_commit":
             offsets = _offsets(request)
             stream.check_incarnation(_incarnation(request), "the committed offsets")
-            stream.commit(offsets)
-        return _stream_answer(stream)
+            stream.commit(offsets, reader)
+        answer = _stream_answer(stream)
+        if reader is not None:
+            position = _offsets(request, "position") if "position" in request else None
+            if position is not None:
+                stream.check_incarnation(_incarnation(request), "the reader's position")
+            answer["position"] = stream.read_by(reader, position)
+        return answer
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
         if action.type == "stream_wait":
@@ -286,6 +297,19 @@ def _incarnation(request: dict[str, Any]) -> str | None:
     if value is not None and not isinstance(value, str):
         raise InvalidArgument(f"'incarnation' must be a string, got {repr(value)[:100]}")
     return value
+
+
+def _reader(request: dict[str, Any]) -> str | None:
+    """The request's 'reader': the name of a reader with a position of its own, if any."""
+    value = request.get("reader")
+    if value is None:
+        return None
+    if isinstance(value, str) and 0 < len(value) <= MAX_READER_NAME and value.isprintable():
+        return value
+    raise InvalidArgument(
+        f"'reader' must be a printable string of 1 to {MAX_READER_NAME} characters,"
+        f" got {repr(value)[:100]}"
+    )
 
 
 def _wait_seconds(request: dict[str, Any]) -> float:

@@ -8,8 +8,12 @@ its feeds served from the log instead of the providers, so a unit is read in exa
 micro-batch whose range holds it, and a retried micro-batch reads the same units.
 
 Memory stays bounded: a partition's provider pauses once `max_backlog` units wait uncommitted,
-and committing an offset drops the units below it. A stream nobody asked about for `idle_ttl`
-is closed.
+and committed units are dropped. Readers that name themselves (a Spark query's offsets carry
+its reader id) each have a position: a unit is dropped once every such reader has committed
+past it, so queries with checkpoints of their own read the same stream independently; a reader
+not heard from for `reader_ttl` holds nothing back any more. A commit from a reader that does
+not name itself drops the units below it for everyone. A stream nobody asked about for
+`idle_ttl` is closed.
 
 Each opening of a stream is an incarnation with an id of its own, which readers keep with their
 offsets. A reopened stream (closed when idle or after a provider failed, or on a new
@@ -30,7 +34,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from ..errors import Conflict, FeedError, InvalidArgument, NotFound
+from ..errors import Conflict, FeedError, InvalidArgument, NotFound, ResourceExhausted
 from ..feeds import FeedRegistry, WorkUnitFeed
 from ..feeds.provider import encode_unit
 from ..plan.base import ExecutionPlan, TaskContext
@@ -39,6 +43,10 @@ from ..plan.functions import PlanSession
 DEFAULT_MAX_BACKLOG: Final = 100_000
 """Units a stream partition may hold uncommitted before its provider pauses."""
 DEFAULT_IDLE_TTL: Final = 600.0
+DEFAULT_READER_TTL: Final = 600.0
+"""Seconds a named reader's position holds units back after it was last heard from."""
+MAX_READERS: Final = 1024
+"""Named readers a stream keeps at once (their names come off the network)."""
 
 Offsets = dict[str, int]
 
@@ -76,6 +84,14 @@ class _Log:
             self.room.set()
 
 
+@dataclass(eq=False)
+class _Reader:
+    """A named reader's position (the units it still needs start there) and when it was heard."""
+
+    position: Offsets
+    seen: float
+
+
 class SliceProvider:
     """A feed provider serving logged units [start, end) of each partition (a micro-batch)."""
 
@@ -98,6 +114,7 @@ class FeedStream:
         feeds: list[tuple[ExecutionPlan, WorkUnitFeed[Any]]],
         *,
         max_backlog: int = DEFAULT_MAX_BACKLOG,
+        reader_ttl: float = DEFAULT_READER_TTL,
     ) -> None:
         if not feeds:
             raise InvalidArgument("a table read as a stream needs a work-unit feed in its plan")
@@ -111,6 +128,8 @@ class FeedStream:
         )
         """Every provider discovers the same units in the same order whenever it runs."""
         self.max_backlog = max_backlog
+        self.reader_ttl = reader_ttl
+        self.readers: dict[str, _Reader] = {}
         self.logs: dict[str, _Log] = {}
         self.last_used = anyio.current_time()
         self.fresh = True
@@ -183,13 +202,45 @@ class FeedStream:
                 )
         return {key: log.end for key, log in self.logs.items()}
 
-    def commit(self, offsets: Mapping[str, int]) -> None:
-        """Readers are done with the units below `offsets`: drop them."""
+    def read_by(self, reader: str, position: Mapping[str, int] | None = None) -> Offsets:
+        """Reader `reader` is at `position` (None: where it was, or the oldest units held for
+        a reader new to the stream); its position, which holds the units from it back."""
+        now = anyio.current_time()
+        found = self.readers.get(reader)
+        if found is None:
+            self._forget_silent_readers()
+            if len(self.readers) >= MAX_READERS:
+                raise ResourceExhausted(
+                    f"stream {self.stream_id} has {len(self.readers)} readers heard from within"
+                    f" {self.reader_ttl:g}s, its limit"
+                )
+            found = self.readers[reader] = _Reader(self.start(), now)
+        if position is not None:
+            found.position = {key: int(position.get(key, at)) for key, at in found.position.items()}
+        found.seen = now
+        return dict(found.position)
+
+    def commit(self, offsets: Mapping[str, int], reader: str | None = None) -> None:
+        """`reader` is done with the units below `offsets`: drop the units every named reader
+        is done with (None: a reader that does not name itself, done for everyone)."""
         self.touch()
-        for key, offset in offsets.items():
-            log = self.logs.get(key)
-            if log is not None:
-                log.commit(int(offset))
+        if reader is None:
+            for key, offset in offsets.items():
+                log = self.logs.get(key)
+                if log is not None:
+                    log.commit(int(offset))
+            return
+        self.read_by(reader, offsets)
+        self._forget_silent_readers(but=reader)
+        for key, log in self.logs.items():
+            log.commit(min(found.position.get(key, log.base) for found in self.readers.values()))
+
+    def _forget_silent_readers(self, but: str | None = None) -> None:
+        expired = anyio.current_time() - self.reader_ttl
+        silent = [name for name, found in self.readers.items() if found.seen < expired]
+        for name in silent:
+            if name != but:
+                del self.readers[name]
 
     def providers(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[SliceProvider]:
         """Per feed (in the plan's order), a provider serving units [start, end) of each

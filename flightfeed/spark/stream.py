@@ -11,16 +11,19 @@ restarted from its checkpoint resumes at the checkpointed offsets: no unit is re
 stream reopened on the coordinator (closed when idle or after a provider failed, or a new
 coordinator) starts from nothing: a query behind its checkpoint waits for the providers to
 discover those units again, and a micro-batch Spark runs again reopens it. An offset names the
-stream's incarnation it was taken in ({"incarnation", "units"}): the coordinator refuses
-offsets of an earlier incarnation when the providers are not deterministic (their new units
-are not the ones counted). A stream that AvailableNow's own open started gets a few seconds to
-discover what its providers have before the run's offsets are taken.
+stream's incarnation it was taken in and the query as a reader of it ({"incarnation", "reader",
+"units"}): the coordinator refuses offsets of an earlier incarnation when the providers are not
+deterministic (their new units are not the ones counted), and holds each reader's units until
+that reader commits them, so queries with checkpoints of their own do not drop each other's.
+A stream that AvailableNow's own open started gets a few seconds to discover what its providers
+have before the run's offsets are taken.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -58,6 +61,9 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.target: dict[str, int] | None = None
         self.opened = False
         """This reader opened the stream once (a failed stream is started anew by an open)."""
+        self.reader: str | None = None
+        """The query's name as a reader of the stream, kept in its offsets: the coordinator
+        holds the units from its position back for it (made by its first offset)."""
 
     # -- offsets ----------------------------------------------------------------------------
 
@@ -73,21 +79,31 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             table.uri, kind, body, table.headers, timeout, connection=table.connection
         )
 
-    def _latest(self) -> dict[str, Any]:
-        """The stream's answer now: its incarnation and offsets."""
+    def _latest(self, position: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The stream's answer now: its incarnation and offsets, and this reader's position
+        (`position`, an offset of this query, moves it there)."""
         if not self.opened:  # (a query restarted after its stream failed starts it anew)
             self.opened = True
-            return self._open()
-        body = json.dumps({"stream": self.stream}).encode()
+            self._open()
+        request: dict[str, Any] = {"stream": self.stream}
+        if self.reader is not None:
+            request["reader"] = self.reader
+        if position is not None:
+            request["position"] = _units(position)
+            incarnation = _incarnation(position)
+            if incarnation is not None:
+                request["incarnation"] = incarnation
+        body = json.dumps(request).encode()
         try:
             return self._action("stream_latest", body)
         except NotFound:  # closed while idle: open it again (its offsets restart)
-            return self._open()
+            self._open()
+            return self._action("stream_latest", body)
 
     def initialOffset(self) -> dict[str, Any]:
-        opened = self._open()
-        self.opened = True
-        return _offset(opened["incarnation"], _counts(opened["start"]))
+        self.reader = self.reader or uuid.uuid4().hex  # (Spark may ask more than once)
+        answer = self._latest()  # (a reader new to the stream starts at its oldest units)
+        return _offset(answer["incarnation"], self.reader, _counts(answer["position"]))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_units) if self.max_units else ReadAllAvailable()
@@ -104,7 +120,8 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return self._action("stream_wait", body, timeout=request["timeout"] + self.table.timeout)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        answer = self._latest()
+        self.reader = _reader(start) or self.reader or uuid.uuid4().hex
+        answer = self._latest(start)
         latest = _counts(answer["offsets"])
         begun, incarnation = _units(start), _incarnation(start)
         reopened = incarnation is not None and incarnation != answer["incarnation"]
@@ -114,7 +131,7 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             # deterministic (the coordinator refuses these offsets otherwise).
             answer = self._wait(_at_least(begun, incarnation, self.table.timeout))
             latest = _counts(answer["offsets"])
-        return _offset(answer["incarnation"], self._end(begun, latest, limit))
+        return _offset(answer["incarnation"], self.reader, self._end(begun, latest, limit))
 
     def _end(
         self, start: dict[str, int], latest: dict[str, int], limit: ReadLimit
@@ -141,7 +158,7 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         answer = self._latest()
-        return _offset(answer["incarnation"], _counts(answer["offsets"]))
+        return _offset(answer["incarnation"], self.reader, _counts(answer["offsets"]))
 
     # -- micro-batches ------------------------------------------------------------------------
 
@@ -177,15 +194,27 @@ class FlightfeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def commit(self, end: dict[str, Any]) -> None:
         request: dict[str, Any] = {"stream": self.stream, "offsets": _units(end)}
-        incarnation = _incarnation(end)
+        incarnation, reader = _incarnation(end), _reader(end) or self.reader
         if incarnation is not None:
             request["incarnation"] = incarnation
+        if reader is not None:
+            request["reader"] = reader
         self._action("stream_commit", json.dumps(request).encode())
 
 
-def _offset(incarnation: str, units: dict[str, int]) -> dict[str, Any]:
-    """A Spark offset: units discovered per partition key, in the stream's `incarnation`."""
-    return {"incarnation": str(incarnation), "units": units}
+def _offset(incarnation: str, reader: str | None, units: dict[str, int]) -> dict[str, Any]:
+    """A Spark offset: units discovered per partition key, in the stream's `incarnation`, as
+    seen by `reader` (the query)."""
+    found: dict[str, Any] = {"incarnation": str(incarnation), "units": units}
+    if reader is not None:
+        found["reader"] = reader
+    return found
+
+
+def _reader(offset: dict[str, Any]) -> str | None:
+    """The reader an offset was taken by (None: a checkpoint from before readers had names)."""
+    found = offset.get("reader")
+    return found if isinstance(found, str) else None
 
 
 def _units(offset: dict[str, Any]) -> dict[str, int]:

@@ -178,6 +178,27 @@ def test_a_stream_closed_while_idle_resumes_at_the_checkpoint(
     assert all_available(spark, service, live, checkpoint).bodies == [b"c"]
 
 
+def test_queries_with_checkpoints_of_their_own_read_one_stream_independently(
+    spark: Any, service: CoordinatorCluster, tmp_path: Path
+) -> None:
+    """One commit position per stream: the first query's commit dropped c and d before the
+    second had read them, and the second failed ('committed and dropped'). (Spark commits a
+    micro-batch's end to the source when it starts the next one.)"""
+    live = Live(service)
+    live.open()
+    live.push(0, b"a", b"b")
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    assert all_available(spark, service, live, first).bodies == [b"a", b"b"]
+    assert all_available(spark, service, live, second).bodies == [b"a", b"b"]
+    live.push(0, b"c", b"d")
+    assert all_available(spark, service, live, first).bodies == [b"c", b"d"]
+    live.push(1, b"e")
+    assert all_available(spark, service, live, first).bodies == [b"e"]  # committed c and d
+    assert all_available(spark, service, live, second).bodies == [b"c", b"d", b"e"]
+    stream = service.coordinator.streams.get(stream_id(live.table, [live.name, 2]))
+    assert stream.start() == {"0:0": 2, "0:1": 0}  # where the second query is
+
+
 def test_a_query_resumed_over_a_reopened_queue_fails_rather_than_skip_units(
     spark: Any, service: CoordinatorCluster, tmp_path: Path
 ) -> None:

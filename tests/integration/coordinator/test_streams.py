@@ -195,6 +195,12 @@ async def test_stream_wait_on_a_live_feed_gives_up_at_its_timeout() -> None:
         ("stream_wait", {"timeout": True}, "'timeout' must be a number of seconds"),
         ("stream_wait", {"timeout": "soon"}, "'timeout' must be a number of seconds"),
         ("stream_latest", {"stream": 7}, "needs a JSON body, an object with a string 'stream'"),
+        ("stream_latest", {"reader": ""}, "'reader' must be a printable string of 1 to 128"),
+        ("stream_latest", {"reader": "x" * 129}, "'reader' must be a printable string"),
+        ("stream_latest", {"reader": "a\nb"}, "'reader' must be a printable string"),
+        ("stream_commit", {"reader": 3, "offsets": {}}, "'reader' must be a printable string"),
+        ("stream_latest", {"reader": "q", "position": {"0:0": -1}}, "'position' must map"),
+        ("stream_latest", {"incarnation": 5, "reader": "q", "position": {}}, "'incarnation' must"),
         ("stream_latest", [1], "needs a JSON body, an object with a string 'stream'"),
     ],
 )
@@ -311,3 +317,63 @@ async def test_a_failed_stream_reports_its_failure_until_opened_again() -> None:
         waited = await anyio.to_thread.run_sync(action, location, "stream_wait", wait)
         assert waited["ended"] is True
         assert waited["offsets"] == {"0:0": 2}
+
+
+async def test_named_readers_each_keep_the_units_they_have_not_committed() -> None:
+    """One commit position per stream: a query that committed dropped the units another query
+    with a checkpoint of its own had not read yet ('committed and dropped')."""
+    name = uuid.uuid4().hex
+    args: list[int | float | str | bool] = [name, 1]
+    provider = live_provider(name, 1)
+    async with service() as cluster:
+        location = cluster.location
+        opened = await anyio.to_thread.run_sync(
+            action, location, "stream_open", table_command("live", args)
+        )
+        stream_name = opened["stream"]
+        stream = cluster.coordinator.streams.get(str(stream_name))
+
+        async def call(kind: str, **fields: object) -> dict[str, object]:
+            body = _body(stream=stream_name, **fields)
+            return await anyio.to_thread.run_sync(action, location, kind, body)
+
+        first = await call("stream_latest", reader="first")
+        second = await call("stream_latest", reader="second")
+        assert first["position"] == second["position"] == {"0:0": 0}
+        provider.push(0, b"a", b"b", b"c")
+        await stream.wait_discovered("0:0", 3)
+        await call("stream_commit", reader="first", offsets={"0:0": 3})
+        assert stream.start() == {"0:0": 0}  # "second" has read none of them
+        late = UnitRange(str(stream_name), {"0:0": 0}, {"0:0": 3})
+        table = await anyio.to_thread.run_sync(read_range, location, "live", args, late)
+        assert sorted(table.column("body").to_pylist()) == [b"a", b"b", b"c"]
+        await call("stream_commit", reader="second", offsets={"0:0": 2})
+        assert stream.start() == {"0:0": 2}
+        answer = await call("stream_latest", reader="second")
+        assert answer["position"] == {"0:0": 2}
+        third = await call("stream_latest", reader="third")  # new: from the oldest units held
+        assert third["position"] == {"0:0": 2}
+        stream.reader_ttl = 0.0  # the others fall silent: they hold nothing back any more
+        await anyio.sleep(0.01)
+        await call("stream_commit", reader="first", offsets={"0:0": 3})
+        assert stream.start() == {"0:0": 3}
+        await call("stream_commit", offsets={"0:0": 3})  # no name: for everyone, as before
+        assert stream.start() == {"0:0": 3}
+
+
+async def test_a_stream_keeps_a_bounded_number_of_named_readers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("flightfeed.coordinator.streams.MAX_READERS", 3)
+    async with service() as cluster:
+        opened = await anyio.to_thread.run_sync(
+            action, cluster.location, "stream_open", table_command("counted", [3])
+        )
+        for reader in ("a", "b", "c"):
+            body = _body(stream=opened["stream"], reader=reader)
+            await anyio.to_thread.run_sync(action, cluster.location, "stream_latest", body)
+        body = _body(stream=opened["stream"], reader="d")
+        with pytest.raises(pa.ArrowException, match="has 3 readers heard from within 600s"):
+            await anyio.to_thread.run_sync(action, cluster.location, "stream_latest", body)
+        known = _body(stream=opened["stream"], reader="a")
+        await anyio.to_thread.run_sync(action, cluster.location, "stream_latest", known)
