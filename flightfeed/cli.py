@@ -147,7 +147,10 @@ def _worker(args: argparse.Namespace) -> int:
         # Handlers go in before the port is announced: a signal right after start must count.
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with worker:
-                print(f"flightfeed worker listening on {worker.location}", flush=True)
+                print(
+                    f"flightfeed worker listening on {worker.location} ({_worker_setup(args)})",
+                    flush=True,
+                )
                 async for signum in signals:
                     log.info(
                         "received %s: finishing %d running tasks (of %d held), taking no new"
@@ -164,6 +167,38 @@ def _worker(args: argparse.Namespace) -> int:
 
     run(main, use_uvloop=not args.no_uvloop)
     return 0
+
+
+def _worker_setup(args: argparse.Namespace) -> str:
+    """What an operator checks first on the start line: where it is bound (its location is the
+    address to dial), how much memory its tasks may hold, where its tables are kept, and how
+    callers are let in."""
+    limit = args.memory_limit
+    parts = [f"memory limit {limit / (1 << 30):.1f} GiB" if limit else "no memory limit"]
+    if args.data_dir == ":memory:":
+        parts.append("tables in memory")
+    elif args.data_dir is not None:
+        parts.append(f"tables in {os.path.abspath(args.data_dir)}")
+    return "; ".join([_bound(args), *parts, *_admission(args)])
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
+def _bound(args: argparse.Namespace) -> str:
+    """The interface a server is bound to (its location is only the address to dial)."""
+    return "bound to every interface" if args.host in ("0.0.0.0", "::") else f"bound to {args.host}"
+
+
+def _admission(args: argparse.Namespace) -> list[str]:
+    """How a server lets callers in, when it asks anything of them."""
+    found = []
+    if args.tls_cert:
+        found.append("mutual TLS" if args.tls_ca else "TLS")
+    if args.auth_token_file:
+        found.append("bearer tokens required")
+    return found
 
 
 async def _drain(worker: Worker, signals: AsyncIterator[int], grace: float) -> None:
@@ -210,10 +245,16 @@ def _coordinator(args: argparse.Namespace) -> int:
                 worker_token=own_token(args),
             ) as cluster:
                 tables = ", ".join(sorted(catalog.tables)) or "no tables"
+                setup = "; ".join(
+                    [
+                        tables,
+                        _count(len(args.worker) + args.local_workers, "worker"),
+                        _bound(args),
+                        *_admission(args),
+                    ]
+                )
                 print(
-                    f"flightfeed coordinator listening on {cluster.location} ({tables};"
-                    f" {len(args.worker) + args.local_workers} workers)",
-                    flush=True,
+                    f"flightfeed coordinator listening on {cluster.location} ({setup})", flush=True
                 )
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(_warn_unreachable, cluster.coordinator, args.worker)

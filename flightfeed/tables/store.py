@@ -146,6 +146,11 @@ class TableStore:
         path = None
         if data_dir is not None:
             path = os.path.join(os.fspath(data_dir), DATABASE_FILE)
+            if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+                raise InvalidArgument(
+                    f"cannot keep tables in {os.fspath(data_dir)!r}: it is a file, not a directory"
+                    " (the tables' database is a file in that directory)"
+                )
             try:
                 os.makedirs(data_dir, exist_ok=True)
                 connection = duckdb.connect(path)

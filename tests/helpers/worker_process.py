@@ -15,6 +15,7 @@ TESTS_DIR = str(Path(__file__).resolve().parents[1])
 
 
 _LOGS: dict[int, Path] = {}
+_LINES: dict[int, str] = {}
 
 
 def start_worker(*extra: str) -> tuple[subprocess.Popen[str], str]:
@@ -36,7 +37,13 @@ def start_worker(*extra: str) -> tuple[subprocess.Popen[str], str]:
     assert "listening on grpc://" in line or "listening on grpc+tls://" in line, (
         line + log.read_text()
     )
-    return proc, line.rsplit(" ", 1)[1].strip()
+    _LINES[proc.pid] = line
+    return proc, line.split("listening on ", 1)[1].split(" ", 1)[0]
+
+
+def start_line(proc: subprocess.Popen[str]) -> str:
+    """The line the worker announced itself with (its location, then its setup)."""
+    return _LINES[proc.pid]
 
 
 def worker_log(proc: subprocess.Popen[str]) -> str:
@@ -55,6 +62,7 @@ def worker_process(*extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
             proc.kill()
             proc.wait(timeout=10)
         _LOGS.pop(proc.pid).unlink(missing_ok=True)
+        _LINES.pop(proc.pid, None)
 
 
 def resident_bytes(pid: int) -> int:

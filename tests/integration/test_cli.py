@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from helpers.coordinator_command import coordinator_command
-from helpers.worker_process import start_worker
+from helpers.worker_process import start_line, start_worker
 from helpers.worker_process import worker_process as live_worker
 
 from flightfeed import cli
@@ -302,7 +302,7 @@ def test_coordinator_serves_the_seed_scan_to_any_flight_client() -> None:
     from flightfeed.examples.chunk_scan import scan_rows
 
     with coordinator_command("--local-workers", "2") as (proc, location, line):
-        assert "(scan; 2 workers)" in line
+        assert "(scan; 2 workers; bound to 127.0.0.1)" in line
         seed = (2, "3,1", "2", "4", "1,1")
         with flight.connect(location) as client:
             descriptor = flight.FlightDescriptor.for_command(table_command("scan", seed))
@@ -480,6 +480,34 @@ def test_a_data_dir_it_cannot_create_is_a_one_line_error(tmp_path: Path) -> None
     assert out.returncode == 2
     assert out.stderr.startswith(f"flightfeed: error: cannot keep tables in '{not_a_dir}/tables':")
     assert "Traceback" not in out.stderr
+
+
+def test_a_data_dir_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
+    """It said "[Errno 17] File exists", as if the trouble were that something existed."""
+    a_file = tmp_path / "tables.duckdb"
+    a_file.write_text("")
+    out = subprocess.run(
+        [sys.executable, "-m", "flightfeed.cli", "worker", "--port", "0", "--data-dir", a_file],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert out.stderr.startswith(
+        f"flightfeed: error: cannot keep tables in '{a_file}': it is a file"
+    )
+
+
+def test_the_start_line_gives_the_location_then_what_an_operator_checks(tmp_path: Path) -> None:
+    """It said only "listening on grpc://127.0.0.1:P", even when bound to every interface."""
+    setup = ("--host", "0.0.0.0", "--memory-limit", "3GiB", "--data-dir", str(tmp_path / "t"))
+    with live_worker(*setup) as (proc, location):
+        line = start_line(proc)
+    assert line.startswith(f"flightfeed worker listening on {location} (")
+    assert location.startswith("grpc://127.0.0.1:")  # (the address to dial from here)
+    expected = f"bound to every interface; memory limit 3.0 GiB; tables in {tmp_path / 't'})"
+    assert line.rstrip().endswith(expected)
 
 
 def test_user_errors_are_found_through_exception_groups() -> None:
