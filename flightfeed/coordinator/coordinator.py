@@ -588,6 +588,8 @@ class Coordinator:
                 unreplayable=_unreplayable(runtime, runtime.replay),
             )
             moved = None
+            if why is None and held.read_whole(run.task.task_number):
+                await held.until_asked(run.task.task_number)  # (or released)
             if why is None and not held.released:  # (released: nobody reads it any more)
                 moved = await self._move(held, run, failure)
             if moved is None:

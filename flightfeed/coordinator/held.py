@@ -14,7 +14,9 @@ A task whose worker is lost runs again on another worker, as a new attempt, its 
 partitions replayed (the coordinator's `_held_task`): it is independent of the others (a held
 query is one stage), and its partitions give the same rows again. Its endpoints move with it;
 a reader whose worker went away asks where they went (`relocate`, the coordinator service's
-"relocate" action).
+"relocate" action). A task whose partitions were all read already moves only when a reader asks
+for one (`until_asked`): run again at once, nobody might ever read it, and the worker given it
+would hold it (and wait for it when shutting down) until the query is released.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Final
 import anyio
 import pyarrow as pa
 
+from ..concurrency import Signal
 from ..errors import NotFound
 from ..protocol import execute_task_ticket
 from .query import QueryRuntime, TaskRun
@@ -79,6 +82,11 @@ class HeldQuery:
         self.read_through = anyio.Event()
         """Set once every endpoint was read to its end (or the query released): from then on
         the query only waits for re-reads, and no longer counts as running (admission)."""
+        self.parked: set[int] = set()
+        """Tasks whose worker was lost after they were read whole, waiting for a reader to ask
+        for one of their partitions before they run again."""
+        self._asked: set[int] = set()
+        self._changed = Signal()
         runtime.on_read = self._note_read
 
     @property
@@ -104,6 +112,28 @@ class HeldQuery:
         self._progress.set()
         self._moved.set()
         self.read_through.set()
+        self._changed.notify()
+
+    def read_whole(self, task_number: int) -> bool:
+        """Every partition of the task was read to its end at least once."""
+        return not any(task == task_number for task, _ in self._unread)
+
+    async def until_asked(self, task_number: int) -> None:
+        """Until a reader asks where one of the task's partitions went (`relocate`), or the
+        query is released; the task is `parked` meanwhile."""
+        self.parked.add(task_number)
+        self._changed.notify()
+        try:
+            while task_number not in self._asked and not self.released:
+                await self._changed.wait()
+        finally:
+            self.parked.discard(task_number)
+            self._asked.discard(task_number)
+
+    async def parked_task(self, task_number: int) -> None:
+        """Until the task is parked (for tests and tools that watch a held query)."""
+        while task_number not in self.parked:
+            await self._changed.wait()
 
     def run(self, task_number: int) -> TaskRun:
         """The task's current attempt (NotFound for a task the query does not have)."""
@@ -141,6 +171,8 @@ class HeldQuery:
         """Where to read a partition whose reader could not reach `failed`: once the task runs
         elsewhere (its worker was found lost) and has its plan there. Callers bound the wait
         and fall back to `endpoint`."""
+        self._asked.add(task_number)  # (a task read whole moves once asked for)
+        self._changed.notify()
         while self.run(task_number).worker_url == failed and not self.released:
             await self._moved.wait()
         await self.ready(task_number)

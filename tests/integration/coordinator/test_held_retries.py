@@ -145,3 +145,27 @@ async def test_a_stopped_worker_does_not_wait_for_tasks_kept_only_for_a_re_read(
     assert sorted(again.column("body").to_pylist()) == sorted(first[0].column("body").to_pylist())
     rows = pa.concat_tables(first)
     assert sorted(rows.column("body").to_pylist()) == expected()
+
+
+async def test_a_task_read_whole_moves_only_when_a_reader_asks_for_it() -> None:
+    """Its worker lost after every endpoint was read, the task ran again at once elsewhere,
+    though nobody might read it again: the worker given it held it until the query was released
+    (and, stopped meanwhile, waited out its 30 s grace for it)."""
+    async with cluster_of_three(grace=60) as (cluster, processes):
+        query_id, endpoints = await in_thread(
+            client.get_endpoints, cluster.location, table_command("units", []), {}
+        )
+        first = [await in_thread(read, e, cluster.location) for e in endpoints]
+        held = cluster.service.held[query_id]
+        victim = endpoints[0].locations[0]
+        (task,) = {e.task_number for e in held.endpoints if e.location == victim}
+        processes[victim].kill()
+        with anyio.fail_after(30):
+            await held.parked_task(task)
+        assert held.run(task).worker_url == victim  # not run again: nobody asked
+        assert not [f for f in held.runtime.metrics.failed_attempts if "moved to" in f]
+        with anyio.fail_after(60):
+            again = await in_thread(read, endpoints[0], cluster.location)
+        assert held.run(task).worker_url != victim
+        assert held.parked == set()
+    assert sorted(again.column("body").to_pylist()) == sorted(first[0].column("body").to_pylist())
