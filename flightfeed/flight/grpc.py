@@ -37,6 +37,7 @@ from .h2buffer import StreamingFrameBuffer
 from .h2buffer import install as install_streaming_buffer
 from .internals import (
     ChannelBase,
+    RequestCheck,
     ServerBase,
     end_call,
     preface_pending,
@@ -442,13 +443,13 @@ class TunedH2Protocol(H2Protocol):
 HANDSHAKE_PATH: Final = "/arrow.flight.protocol.FlightService/Handshake"
 
 
-def _checker(auth: Authenticator | None) -> Callable[[Iterable[tuple[str, str]]], Any]:
+def _checker(auth: Authenticator | None) -> RequestCheck:
     """The server's check of each call's headers: the header rules, then `auth` (but for
     Flight's Handshake, which checks the credentials it is given itself)."""
 
-    def check(headers: Iterable[tuple[str, str]]) -> tuple[Status, str] | None:
+    def check(headers: Iterable[tuple[str, str]], peer: str) -> tuple[Status, str] | None:
         headers = list(headers)
-        refused = _refused(headers)
+        refused = _refused(headers, peer)
         if refused is not None or auth is None:
             return refused
         path = next((value for name, value in headers if name == ":path"), "")
@@ -457,8 +458,9 @@ def _checker(auth: Authenticator | None) -> Callable[[Iterable[tuple[str, str]]]
         limited_log.log(
             ("refused", Status.UNAUTHENTICATED),
             logging.INFO,
-            "refused a call to %r: %s",
+            "refused a call to %r from %s: %s",
             path[:128],
+            peer,
             REFUSED,
         )
         return Status.UNAUTHENTICATED, REFUSED
@@ -466,7 +468,7 @@ def _checker(auth: Authenticator | None) -> Callable[[Iterable[tuple[str, str]]]
     return check
 
 
-def _refused(headers: list[tuple[str, str]]) -> tuple[Status, str] | None:
+def _refused(headers: list[tuple[str, str]], peer: str) -> tuple[Status, str] | None:
     found = refusal(headers)
     if found is None:
         return None
@@ -474,8 +476,9 @@ def _refused(headers: list[tuple[str, str]]) -> tuple[Status, str] | None:
     limited_log.log(  # by status: paths are the client's to choose, categories must be few
         ("refused", found.status),
         logging.INFO,
-        "refused a call to %r: %s",
+        "refused a call to %r from %s: %s",
         path[:128],
+        peer,
         found.message,
     )
     return found.status, found.message

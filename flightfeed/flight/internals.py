@@ -268,8 +268,9 @@ class _MethodsOrUnimplemented(dict[str, grpclib.const.Handler]):
         return super().get(key, self._fallback)
 
 
-RequestCheck = Callable[[Iterable[tuple[str, str]]], "tuple[Status, str] | None"]
-"""Decides, from a call's request headers, whether to refuse it (its status and message)."""
+RequestCheck = Callable[[Iterable[tuple[str, str]], str], "tuple[Status, str] | None"]
+"""Decides, from a call's request headers, whether to refuse it (its status and message); the
+second argument names the peer, for the log."""
 
 
 class RefusingHandler(grpclib.server.Handler):
@@ -291,7 +292,7 @@ class RefusingHandler(grpclib.server.Handler):
     def accept(
         self, stream: grpclib.protocol.Stream, headers: Any, release_stream: Callable[[], Any]
     ) -> None:
-        refused = self.check(headers)
+        refused = self.check(headers, _peer(stream))
         if refused is None:
             super().accept(stream, headers, release_stream)
         else:
@@ -310,6 +311,14 @@ class RefusingHandler(grpclib.server.Handler):
         """Cancel the call on `stream`, if it still runs: a peer's reset may follow ours."""
         if stream in self._tasks:
             super().cancel(stream)
+
+
+def _peer(stream: grpclib.protocol.Stream) -> str:
+    """The call's peer as host:port (grpclib's Peer over the connection's transport)."""
+    found = stream.connection.get_peer().addr()
+    if isinstance(found, tuple) and len(found) >= 2:
+        return f"{found[0]}:{found[1]}"
+    return str(found or "an unknown peer")
 
 
 async def _refuse(
@@ -356,7 +365,7 @@ def server_handlers(server: grpclib.server.Server) -> list[grpclib.server.Handle
     return list(server._handlers)
 
 
-def _serve_all(headers: Iterable[tuple[str, str]]) -> None:
+def _serve_all(headers: Iterable[tuple[str, str]], peer: str) -> None:
     return None
 
 

@@ -7,6 +7,7 @@ workers and a coordinator send theirs to each other, and no token reaches a log 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -73,6 +74,9 @@ async def test_pyarrow_needs_a_valid_token(caplog: pytest.LogCaptureFixture) -> 
         assert "create_table" in got
         assert "another-one" not in str(info.value)
     assert TOKEN not in caplog.text
+    refusals = [r.getMessage() for r in caplog.records if "refused a call to" in r.getMessage()]
+    assert refusals  # each names who called (an operator looks for whose token is wrong)
+    assert all(re.search(r" from 127\.0\.0\.1:\d+: ", line) for line in refusals), refusals
 
 
 async def test_basic_credentials_get_the_token_by_handshake() -> None:
