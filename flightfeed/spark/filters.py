@@ -40,19 +40,28 @@ _NEGATABLE = frozenset({*_COMPARISONS, *_STRING_TESTS, "IsNull", "IsNotNull"})
 """Filters whose NOT means the same in Arrow as in SQL (NULL in, NULL or a definite answer out)."""
 
 
-def to_expr(spark_filter: Any, schema: pa.Schema, *, exact_types: bool = True) -> Expr | None:
+def to_expr(
+    spark_filter: Any,
+    schema: pa.Schema,
+    *,
+    exact_types: bool = True,
+    own_types: pa.Schema | None = None,
+) -> Expr | None:
     """The flightfeed expression of a pyspark.sql.datasource Filter, or None if it cannot be
     pushed (Spark keeps it). `exact_types`: `schema` holds the columns' own types; otherwise it
     is Spark's view of them (a query's columns), and a timestamp, string or binary column is
     cast to that view before it is compared (a query's timestamp[ms, tz=America/New_York]
     column met a literal of Spark's timestamp[us, tz=UTC], a dictionary or string_view one a
     string test: Arrow has no kernel for those). Other widened columns (`arrow_types.py`)
-    compare as they are: Arrow casts an unsigned integer to the literal's type."""
+    compare as they are: Arrow casts an unsigned integer to the literal's type. `own_types`,
+    the columns' own types when `schema` is Spark's view: a nanosecond timestamp is floored to
+    Spark's microseconds, as the read floors it (Arrow's cast truncates toward zero: 1 ns
+    before the epoch compared as the epoch)."""
     kind = type(spark_filter).__name__
     if kind == "Not":
         if type(spark_filter.child).__name__ not in _NEGATABLE:
             return None
-        inner = to_expr(spark_filter.child, schema, exact_types=exact_types)
+        inner = to_expr(spark_filter.child, schema, exact_types=exact_types, own_types=own_types)
         return call("invert", inner) if inner is not None else None
     column = _column(spark_filter, schema)
     if column is None:
@@ -64,7 +73,8 @@ def to_expr(spark_filter: Any, schema: pa.Schema, *, exact_types: bool = True) -
         return call("is_valid", col(name))
     if pa.types.is_floating(field.type):
         return None  # NaN and -0.0 mean other things to Spark (module docstring)
-    values = _column_values(name, field.type, exact_types)
+    own = own_types.field(name).type if own_types is not None and name in own_types.names else None
+    values = _column_values(name, field.type, exact_types, own)
     if kind in _COMPARISONS:
         value = _literal(spark_filter.value, field.type)
         return call(_COMPARISONS[kind], values, value) if value is not None else None
@@ -84,14 +94,20 @@ def to_expr(spark_filter: Any, schema: pa.Schema, *, exact_types: bool = True) -
     return None
 
 
-def _column_values(name: str, seen_as: pa.DataType, exact_types: bool) -> Expr:
+def _column_values(
+    name: str, seen_as: pa.DataType, exact_types: bool, own: pa.DataType | None
+) -> Expr:
     """A column as the pushed filter compares it (see `to_expr`)."""
     if exact_types or not (
         pa.types.is_timestamp(seen_as) or pa.types.is_string(seen_as) or pa.types.is_binary(seen_as)
     ):
         return col(name)
+    values: Expr = col(name)
+    if own is not None and pa.types.is_timestamp(own) and own.unit == "ns":
+        wall = call("cast", values, options=pc.CastOptions(pa.timestamp("ns")))  # (no zone)
+        values = call("floor_temporal", wall, options=pc.RoundTemporalOptions(unit="microsecond"))
     options = pc.CastOptions(seen_as, allow_time_truncate=True)  # as Spark read the values
-    return call("cast", col(name), options=options)
+    return call("cast", values, options=options)
 
 
 def _column(spark_filter: Any, schema: pa.Schema) -> tuple[str, pa.Field] | None:
@@ -134,13 +150,17 @@ def _is_in(column: Expr, field: pa.Field, values: Any) -> Expr | None:
 
 
 def split_filters(
-    filters: list[Any], schema: pa.Schema, *, exact_types: bool = True
+    filters: list[Any],
+    schema: pa.Schema,
+    *,
+    exact_types: bool = True,
+    own_types: pa.Schema | None = None,
 ) -> tuple[list[Expr], list[Any]]:
-    """(what flightfeed runs, what Spark must still run); `exact_types` as for `to_expr`."""
+    """(what flightfeed runs, what Spark must still run); the options as for `to_expr`."""
     pushed: list[Expr] = []
     kept: list[Any] = []
     for spark_filter in filters:
-        expr = to_expr(spark_filter, schema, exact_types=exact_types)
+        expr = to_expr(spark_filter, schema, exact_types=exact_types, own_types=own_types)
         if expr is None:
             kept.append(spark_filter)
         else:

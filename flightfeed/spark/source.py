@@ -410,10 +410,20 @@ class FlightfeedPushdownReader(FlightfeedReader):
             return
         # A table's literals take its own column types (its timestamps are milliseconds, not
         # Spark's microseconds); a query's, the columns' types as Spark was told them.
-        columns = self.table.arrow_schema() if self.table.is_table else arrow_schema(self.schema)
-        pushed, kept = split_filters(filters, columns, exact_types=self.table.is_table)
+        if self.table.is_table:
+            pushed, kept = split_filters(filters, self.table.arrow_schema())
+        else:
+            seen = arrow_schema(self.schema)
+            # (the columns' own types tell nanosecond timestamps apart: one call, when it can
+            # matter)
+            own = self.table.arrow_schema() if _has_timestamps(seen) else None
+            pushed, kept = split_filters(filters, seen, exact_types=False, own_types=own)
         self.filters = [encode_expr(expr) for expr in pushed]
         yield from kept
+
+
+def _has_timestamps(schema: pa.Schema) -> bool:
+    return any(pa.types.is_timestamp(field.type) for field in schema)
 
 
 def read_partition(

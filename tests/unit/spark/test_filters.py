@@ -40,6 +40,7 @@ from pyspark.sql.datasource import (
 
 from flightfeed.plan import BUILTINS, Expr, call, decode_expr, encode_expr, evaluate
 from flightfeed.spark.filters import split_filters, to_expr
+from flightfeed.spark.source import _cast
 
 SCHEMA = pa.schema(
     [
@@ -403,3 +404,36 @@ def test_a_querys_filter_holds_whatever_the_columns_own_type(
     batch = pa.record_batch({"rid": pa.array(range(len(actual))), "c": actual})
     mask = evaluate(decode_expr(encode_expr(expr)), batch, BUILTINS)
     assert batch.filter(mask).column("rid").to_pylist() == keeps
+
+
+NANOS = pa.array([-1, 0, 1, -1001, 999, None], pa.timestamp("ns", tz="America/New_York"))
+"""Instants a nanosecond or so from a microsecond: Spark reads each floored (1 ns before the
+epoch is 1969-12-31 23:59:59.999999), where Arrow's cast truncates toward zero."""
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize(
+    "spark_filter",
+    [
+        EqualTo(("c",), EPOCH),
+        LessThan(("c",), EPOCH),
+        GreaterThanOrEqual(("c",), EPOCH),
+        EqualTo(("c",), EPOCH - datetime.timedelta(microseconds=1)),
+        LessThanOrEqual(("c",), EPOCH - datetime.timedelta(microseconds=2)),
+        In(("c",), (EPOCH, EPOCH - datetime.timedelta(microseconds=2))),
+    ],
+    ids=str,
+)
+def test_a_pushed_filter_on_nanoseconds_sees_them_as_spark_reads_them(
+    spark_filter: Filter,
+) -> None:
+    """The pushed comparison truncated where the read floors: `c = epoch` also kept the row
+    Spark shows as 23:59:59.999999, and `c < epoch` lost it."""
+    seen_as = pa.timestamp("us", tz="UTC")
+    own = pa.schema([("c", NANOS.type)])
+    expr = to_expr(spark_filter, pa.schema([("c", seen_as)]), exact_types=False, own_types=own)
+    assert expr is not None
+    batch = pa.record_batch({"rid": pa.array(range(len(NANOS))), "c": NANOS})
+    mask = evaluate(decode_expr(encode_expr(expr)), batch, BUILTINS)
+    as_spark_reads = pa.record_batch({"rid": batch.column("rid"), "c": _cast(NANOS, seen_as)})
+    assert batch.filter(mask).column("rid").to_pylist() == sql_rows(as_spark_reads, [spark_filter])
