@@ -23,6 +23,8 @@ from ..protocol import StreamRange, TableArgument, TableCommand, TableQuery
 from .catalog import Catalog
 
 TABLE_QUERY_VERSION: Final = 1
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
 Argument = int | float | str | bool
 
 
@@ -60,7 +62,7 @@ def table_command(
         TableQuery(
             version=TABLE_QUERY_VERSION,
             table=table,
-            arguments=[_argument(value) for value in arguments],
+            arguments=[_argument(table, i, value) for i, value in enumerate(arguments)],
             columns=list(columns),
             filters=[expr_to_proto(f) for f in filters],
             stream_range=StreamRange(
@@ -75,16 +77,23 @@ def table_command(
     )
 
 
-def _argument(value: Argument) -> TableArgument:
+def _argument(table: str, index: int, value: Argument) -> TableArgument:
     if isinstance(value, bool):  # before int: a bool is an int
         return TableArgument(boolean=value)
     if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:  # (it would wrap: 2**64 - 1 arrived as -1)
+            raise InvalidArgument(
+                f"argument {index} of {table}(...) is {value}, outside the 64-bit integers a"
+                f" table argument holds ({INT64_MIN} to {INT64_MAX})"
+            )
         return TableArgument(integer=value)
     if isinstance(value, float):
         return TableArgument(real=value)
     if isinstance(value, str):
         return TableArgument(text=value)
-    raise InvalidArgument(f"a table argument is an int, float, str or bool, got {value!r}")
+    raise InvalidArgument(
+        f"argument {index} of {table}(...) must be an int, float, str or bool, got {value!r}"
+    )
 
 
 def parse_table_query(descriptor: FlightDescriptor) -> ParsedTableQuery:

@@ -20,7 +20,7 @@ import pyarrow.flight as fl
 import sqlglot
 from sqlglot import exp
 
-from ..coordinator.table_query import table_command
+from ..coordinator.table_query import INT64_MAX, INT64_MIN, table_command
 from ..errors import InvalidArgument
 from . import client
 from .client import flight_error
@@ -55,6 +55,8 @@ def rewrite(query: str, tables: Collection[str]) -> tuple[str, list[TableCall]]:
         function = table.this
         if not isinstance(function, exp.Anonymous) or function.name.lower() not in known:
             continue
+        if table.args.get("db") or table.args.get("catalog"):
+            continue  # `db.scan(...)` is some database's function, not the catalog's table
         name = known[function.name.lower()]
         arguments = tuple(_argument(name, i, arg) for i, arg in enumerate(function.expressions))
         view = f"__flightfeed_{name}_{uuid.uuid4().hex[:12]}"  # unique: queries may overlap
@@ -63,22 +65,54 @@ def rewrite(query: str, tables: Collection[str]) -> tuple[str, list[TableCall]]:
     return tree.sql(dialect="spark"), calls
 
 
+_INTEGER_SUFFIXES = frozenset({"BIGINT", "INT", "SMALLINT", "TINYINT"})
+"""What Spark's 2L, 2S and 2Y literals (and a plain INT cast) come to, as sqlglot parses them."""
+_FLOAT_SUFFIXES = frozenset({"DOUBLE", "FLOAT"})
+
+
 def _argument(table: str, index: int, node: exp.Expression) -> Argument:
-    """A literal argument's value (numbers, strings, booleans, negative numbers)."""
+    """A literal argument's value: numbers (Spark's L, S, Y, D and F suffixes too), strings
+    (adjacent ones joined, as Spark joins them), booleans, negative numbers."""
+    where = f"argument {index} of {table}(...)"
     negative = isinstance(node, exp.Neg)
     inner = node.this if negative else node
     if isinstance(inner, exp.Boolean) and not negative:
         return bool(inner.this)
+    if isinstance(inner, exp.Concat) and not negative:
+        parts = inner.expressions
+        if parts and all(isinstance(p, exp.Literal) and p.is_string for p in parts):
+            return "".join(str(p.this) for p in parts)
+    suffix = None
+    if isinstance(inner, exp.Cast) and isinstance(inner.this, exp.Literal):  # (TryCast too)
+        suffix = inner.to.this.name
+        if suffix in ("DATE", "TIMESTAMP", "TIMESTAMP_NTZ", "TIMESTAMPLTZ", "TIMESTAMPNTZ"):
+            raise InvalidArgument(f"{where} is a {suffix} literal: pass it as a string")
+        if suffix not in _INTEGER_SUFFIXES | _FLOAT_SUFFIXES or inner.this.is_string:
+            raise InvalidArgument(
+                f"{where} is a {suffix} literal: a table argument is an integer, a double, a"
+                " string or a boolean"
+            )
+        inner = inner.this
     if isinstance(inner, exp.Literal):
         if inner.is_string and not negative:
             return str(inner.this)
         if not inner.is_string:
             text = str(inner.this)
-            value: int | float = float(text) if any(c in text for c in ".eE") else int(text)
-            return -value if negative else value
-    raise InvalidArgument(
-        f"argument {index} of {table}(...) must be a literal, got {node.sql(dialect='spark')}"
-    )
+            floating = suffix in _FLOAT_SUFFIXES or any(c in text for c in ".eE")
+            value: int | float = float(text) if floating else int(text)
+            if suffix in _INTEGER_SUFFIXES and isinstance(value, float):
+                raise InvalidArgument(f"{where} is {node.sql(dialect='spark')}: not an integer")
+            value = -value if negative else value
+            if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+                raise InvalidArgument(
+                    f"{where} is {value}, outside the 64-bit integers a table argument holds"
+                )
+            return value
+    if isinstance(node, exp.Kwarg):
+        raise InvalidArgument(
+            f"{where} is named ({node.sql(dialect='spark')}): table arguments are positional"
+        )
+    raise InvalidArgument(f"{where} must be a literal, got {node.sql(dialect='spark')}")
 
 
 def catalog_tables(uri: str, *, connection: client.Connection = client.PLAIN) -> list[str]:
