@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import enum
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -29,7 +30,7 @@ import pyarrow as pa
 from ..._generated.flightfeed.v1 import AggregateExpr as AggregateExprProto
 from ..._generated.flightfeed.v1 import AggregateMode as AggregateModeProto
 from ..._generated.flightfeed.v1 import HashAggregateNode
-from ...errors import InvalidArgument, PlanDecodeError
+from ...errors import FlightfeedError, InvalidArgument, PlanDecodeError
 from ...protoencode import encode_message
 from ..aggregate import (
     AggregateExpr,
@@ -164,7 +165,7 @@ class HashAggregate(UnaryNode):
             try:
                 found = self._infer(functions)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise InvalidArgument(self._refusal(exc)) from None
+                raise InvalidArgument(self._refusal(exc, functions)) from None
             if key is not None:
                 _INFERRED.put(key, found)
         self._schema, self._one_state_is_merged = found
@@ -172,9 +173,12 @@ class HashAggregate(UnaryNode):
     def _infer(self, functions: FunctionRegistry) -> Inferred:
         """Validate the keys and run the node on zero rows (Acero twice: ~230 us)."""
         schema = self.child.schema
-        if self.mode is not AggregateMode.FINAL:
+        if self.mode is not AggregateMode.FINAL:  # (a missing column: InvalidArgument here)
             for expr, _ in self.group_by:
                 output_type(expr, schema, functions)
+            for aggregate in self.aggregates:
+                for arg in aggregate.args:
+                    output_type(arg, schema, functions)
         empty = pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
         states = self._to_states([empty], functions, infer=True)
         merged = self._merge(states, infer=True)
@@ -185,15 +189,28 @@ class HashAggregate(UnaryNode):
         )
         return self._finish(merged).schema, one_state_is_merged
 
-    def _refusal(self, exc: Exception) -> str:
-        """Arrow's refusal of the keys or aggregates, with what they were over."""
+    def _refusal(self, exc: Exception, functions: FunctionRegistry) -> str:
+        """Arrow's refusal of the keys or aggregates: the aggregate it names and the types of
+        its arguments when Arrow has no kernel for them, else the whole node."""
+        found = _NO_KERNEL.search(str(exc))
+        kernel = found.group(1) if found else ""
+        named = {"min", "max"} if kernel == "min_max" else {kernel}
+        culprits = [a for a in self.aggregates if a.function in named]
+        if culprits:
+            schema = self.child.schema
+            described = "; ".join(
+                f"{a} over {', '.join(_type_of(arg, schema, functions) for arg in a.args)}"
+                for a in culprits
+            )
+            return (
+                f"HashAggregate cannot compute {described}: Arrow's {kernel} has no"
+                " kernel for that type"
+            )
+        keys = ", ".join(f"{expr} AS {name}" for expr, name in self.group_by)
+        aggregates = ", ".join(str(a) for a in self.aggregates) or "nothing"
+        grouped = f" grouped by {keys}" if keys else ""
         types = {f.name: str(f.type) for f in self.child.schema}
-        keys = ", ".join(f"{expr} AS {name}" for expr, name in self.group_by) or "(none)"
-        aggregates = ", ".join(str(a) for a in self.aggregates) or "(none)"
-        return (
-            f"HashAggregate cannot group by {keys} computing {aggregates} over columns"
-            f" {types}: {exc}"
-        )
+        return f"HashAggregate cannot compute {aggregates}{grouped} over columns {types}: {exc}"
 
     def _state_columns(self) -> list[str]:
         return [s for names in self._states for s in names]
@@ -415,6 +432,17 @@ class HashAggregate(UnaryNode):
         keys = ", ".join(f"{e} AS {n}" for e, n in self.group_by)
         aggs = ", ".join(map(str, self.aggregates))
         return f"HashAggregate({self.mode.value}, keys=[{keys}], aggregates=[{aggs}])"
+
+
+_NO_KERNEL = re.compile(r"Function '(?:hash_)?(\w+)' has no kernel matching input types")
+
+
+def _type_of(expr: Expr, schema: pa.Schema, functions: FunctionRegistry) -> str:
+    """`expr` and the type it has over `schema`, for a message."""
+    try:
+        return f"{expr} ({output_type(expr, schema, functions)})"
+    except FlightfeedError:
+        return str(expr)
 
 
 def _inference_key(node: HashAggregate) -> InferenceKey:

@@ -236,20 +236,30 @@ async def test_the_mean_of_integers_summing_past_2_53_is_their_mean(keys: list[s
 @pytest.mark.parametrize(
     ("keys", "aggregate", "reason"),
     [
-        ([], agg("sum", col("s"), name="x"), "no kernel matching input types"),
-        (["st"], agg("count", name="c"), "Keys of type struct"),
+        ([], agg("sum", col("s"), name="x"), r"sum\(s\) AS x over s \(string\): Arrow's sum"),
+        (["g"], agg("sum", col("s"), name="x"), r"sum\(s\) AS x over s \(string\): Arrow's sum"),
+        ([], agg("max", col("st"), name="x"), r"max\(st\) AS x over st \(struct<q: int64>\)"),
+        (["st"], agg("count", name="c"), "grouped by st AS st over columns .*Keys of type struct"),
     ],
-    ids=["sum of strings", "struct key"],
+    ids=["sum of strings", "grouped sum of strings", "max of a struct", "struct key"],
 )
 def test_what_arrow_cannot_aggregate_is_refused_naming_it(
     keys: list[str], aggregate: AggregateExpr, reason: str
 ) -> None:
-    """pyarrow's ArrowNotImplementedError reached the caller as it was, naming no column."""
-    table = pa.table({"s": ["x", "y"], "st": pa.array([{"q": 1}, {"q": 2}])})
+    """pyarrow's ArrowNotImplementedError reached the caller as it was, naming no column; then
+    as 'cannot group by (none)', with Acero's group id type among the argument types."""
+    table = pa.table({"g": [1, 2], "s": ["x", "y"], "st": pa.array([{"q": 1}, {"q": 2}])})
     with pytest.raises(InvalidArgument, match=reason) as refused:
         HashAggregate(MemoryScan.from_table(table), [(col(k), k) for k in keys], [aggregate])
     assert str(aggregate) in str(refused.value)
-    assert "'st': 'struct<q: int64>'" in str(refused.value)
+    assert "uint32" not in str(refused.value)
+
+
+def test_an_aggregate_of_a_missing_column_is_refused_when_built() -> None:
+    """It raised ExecutionError, as if the plan had failed while running."""
+    scan = MemoryScan.from_table(sample_table(5))
+    with pytest.raises(InvalidArgument, match="column 'zz' not found"):
+        HashAggregate(scan, [], [agg("sum", col("zz"), name="m")])
 
 
 def test_unknown_aggregate_names_it() -> None:
