@@ -9,6 +9,7 @@ Everything the services (remote engine, Flight) and the plan's TableScan need go
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -30,6 +31,8 @@ from .options import TableOptions
 from .predicate import split_predicates
 from .schema import TableSchema
 from .store import Order, ScanSpec, TableEntry, TableName, TableStore
+
+log = logging.getLogger("flightfeed.tables")
 
 T = TypeVar("T")
 MAX_BATCH_ROWS: Final = 1 << 20
@@ -238,10 +241,14 @@ class TableEngine:
 
 
 async def purge_expired_rows(engine: TableEngine, interval: float) -> None:
-    """Every `interval` seconds, delete what the tables' TTLs have expired (until cancelled)."""
+    """Every `interval` seconds, delete what the tables' TTLs have expired (until cancelled).
+    A round that fails is logged and the next one tried: the worker serves on."""
     while True:
         await anyio.sleep(interval)
-        await engine.purge_expired()
+        try:
+            await engine.purge_expired()
+        except Exception:  # (a failed purge once ended the worker, at every restart)
+            log.exception("purging expired rows failed; trying again in %gs", interval)
 
 
 def _next_finished(

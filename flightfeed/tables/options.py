@@ -21,12 +21,23 @@ _DURATION: Final = re.compile(r"^(\d{1,12})(ms|s|m|h|d)$")
 KNOWN: Final = ("enable_ttl", "ttl", "update_mode")
 
 
+MAX_DURATION_MS: Final = 10**15
+"""About 31,700 years: a TTL longer than that is no limit a table's timestamps could reach (and
+now minus one much longer is no timestamp a table can compare with)."""
+
+
 def parse_duration_ms(text: str) -> int:
     """'7d', '12h', '30m', '10s', '250ms' in milliseconds."""
     match = _DURATION.match(text.strip())
     if match is None:
         raise InvalidArgument(f"bad duration {text!r}: a number and one of {list(_UNITS)}")
-    return int(match[1]) * _UNITS[match[2]]
+    ms = int(match[1]) * _UNITS[match[2]]
+    if ms > MAX_DURATION_MS:
+        raise InvalidArgument(
+            f"duration {text!r} is past {MAX_DURATION_MS} ms (about 31,700 years): to keep rows"
+            " for ever, set enable_ttl=false"
+        )
+    return ms
 
 
 def _parse_bool(name: str, text: str) -> bool:

@@ -15,6 +15,7 @@ run concurrently on cursors of their own.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ from typing import Any, Final, Literal
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .._generated.schema import TableSchema as TableSchemaProto
 from ..errors import AlreadyExists, Conflict, FlightfeedError, InvalidArgument, NotFound
@@ -37,6 +39,7 @@ ENGINE: Final = "DuckDB"
 _META: Final = "flightfeed_tables"
 _COMMITS: Final = "flightfeed_committed_jobs"
 _STAGED: Final = "flightfeed_staged_jobs"
+log = logging.getLogger("flightfeed.tables")
 DEFAULT_STAGING_TTL_MS: Final = 86_400_000
 """Staged rows of a job neither committed nor aborted this long after it began (its driver
 died) are discarded."""
@@ -197,7 +200,7 @@ class TableStore:
                 key,
                 table_id,
                 TableSchema.from_proto(TableSchemaProto.parse(schema_bytes)),
-                TableOptions.parse(json.loads(options)),
+                _stored_options(key, json.loads(options)),
                 bytes(partition),
             )
 
@@ -329,14 +332,17 @@ class TableStore:
         cutoff = _now_ms() - staging_ttl_ms
         with self._write_lock:
             for entry in self.tables():
-                with _transaction(self.connection.cursor()) as cur:
-                    deleted += _purge(cur, entry)
-                    stale = cur.execute(
-                        f"SELECT job FROM {_STAGED} WHERE table_id = ? AND started_ms < ?",
-                        [entry.id, cutoff],
-                    ).fetchall()
-                    for (job,) in stale:
-                        deleted += _discard_job(cur, entry, job)
+                try:
+                    with _transaction(self.connection.cursor()) as cur:
+                        deleted += _purge(cur, entry)
+                        stale = cur.execute(
+                            f"SELECT job FROM {_STAGED} WHERE table_id = ? AND started_ms < ?",
+                            [entry.id, cutoff],
+                        ).fetchall()
+                        for (job,) in stale:
+                            deleted += _discard_job(cur, entry, job)
+                except duckdb.Error as exc:  # one table's trouble must not stop the others'
+                    log.warning("purging table %s failed, left as it was: %s", entry.name, exc)
         return deleted
 
     # --- writes ------------------------------------------------------------------------
@@ -484,6 +490,18 @@ class _CursorReader:
         return pa.RecordBatchReader.from_batches(reader.schema, batches())
 
 
+TIMESTAMP_MIN_MS: Final = -9_223_372_022_400_000
+TIMESTAMP_MAX_MS: Final = 9_223_372_036_854_775
+"""The milliseconds DuckDB's TIMESTAMP holds (microseconds in an int64): every comparison of a
+table's timestamps converts to it, so values outside are refused on write and a time range's
+bounds outside are no bound (HoraeDB asks for [i64::MIN, i64::MAX) when it means 'any time')."""
+
+
+def _cutoff(ms: int) -> int:
+    """A lower bound in DuckDB's timestamp range (before its first instant: the first)."""
+    return max(ms, TIMESTAMP_MIN_MS)
+
+
 def scan_sql(entry: TableEntry, spec: ScanSpec, *, now_ms: int) -> tuple[str, list[Any]]:
     """The SELECT a scan runs, and its parameters."""
     schema = entry.schema
@@ -498,11 +516,19 @@ def scan_sql(entry: TableEntry, spec: ScanSpec, *, now_ms: int) -> tuple[str, li
     params: list[Any] = []
     ts = _quote(schema.timestamp)
     if spec.time_range is not None:
-        where.append(f"{ts} >= epoch_ms(?::BIGINT) AND {ts} < epoch_ms(?::BIGINT)")
-        params.extend(spec.time_range)
+        start, end = spec.time_range
+        if start > TIMESTAMP_MAX_MS or end <= TIMESTAMP_MIN_MS or end <= start:
+            where.append("FALSE")  # (no stored timestamp lies there)
+        else:
+            if start > TIMESTAMP_MIN_MS:
+                where.append(f"{ts} >= epoch_ms(?::BIGINT)")
+                params.append(start)
+            if end <= TIMESTAMP_MAX_MS:
+                where.append(f"{ts} < epoch_ms(?::BIGINT)")
+                params.append(end)
     if entry.options.ttl_ms is not None:
         where.append(f"{ts} >= epoch_ms(?::BIGINT)")
-        params.append(now_ms - entry.options.ttl_ms)
+        params.append(_cutoff(now_ms - entry.options.ttl_ms))
     if spec.rowid_range is not None:
         where.append("rowid >= ? AND rowid < ?")
         params.extend(spec.rowid_range)
@@ -590,8 +616,36 @@ def conform_rows(schema: TableSchema, data: pa.Table) -> pa.Table:
                 ) from exc
         if not column.nullable and values.null_count:
             raise InvalidArgument(f"column {column.name!r} is not nullable; got nulls")
+        if pa.types.is_timestamp(values.type):
+            _check_timestamp_range(column.name, values)
         columns.append(values)
     return pa.Table.from_arrays(columns, schema=schema.arrow)
+
+
+def _stored_options(name: TableName, stored: dict[str, str]) -> TableOptions:
+    """A table's options as stored; a TTL stored before TTLs were bounded (MAX_DURATION_MS)
+    is none, as it was in effect, rather than a worker that cannot start."""
+    try:
+        return TableOptions.parse(stored)
+    except InvalidArgument as exc:
+        log.warning("table %s: stored option refused (%s); kept without a TTL", name, exc)
+        return TableOptions.parse({k: v for k, v in stored.items() if k != "ttl"})
+
+
+def _check_timestamp_range(name: str, values: pa.ChunkedArray | pa.Array) -> None:
+    """Refuse milliseconds DuckDB cannot compare (see TIMESTAMP_MIN_MS): stored, such a value
+    failed every read and purge of its table."""
+    if len(values) == values.null_count:
+        return
+    bounds = pc.min_max(values.cast(pa.int64()))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low < TIMESTAMP_MIN_MS or high > TIMESTAMP_MAX_MS:
+        bad = low if low < TIMESTAMP_MIN_MS else high
+        raise InvalidArgument(
+            f"column {name!r} holds {bad} ms since the epoch, outside the timestamps a table"
+            f" stores ({TIMESTAMP_MIN_MS} to {TIMESTAMP_MAX_MS} ms: years 290308 BC to"
+            " 294247 AD)"
+        )
 
 
 def _insert(cur: duckdb.DuckDBPyConnection, entry: TableEntry, table: str, data: pa.Table) -> int:
@@ -630,7 +684,7 @@ def _purge(cur: duckdb.DuckDBPyConnection, entry: TableEntry) -> int:
     row = cur.execute(
         f"DELETE FROM {entry.physical} WHERE {_quote(entry.schema.timestamp)}"
         " < epoch_ms(?::BIGINT)",
-        [_now_ms() - entry.options.ttl_ms],
+        [_cutoff(_now_ms() - entry.options.ttl_ms)],
     ).fetchone()
     return int(row[0]) if row else 0
 

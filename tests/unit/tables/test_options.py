@@ -28,7 +28,7 @@ def test_the_defaults_keep_rows_for_ever_and_overwrite() -> None:
         ("7d", 7 * DAY),
         (" 1d ", DAY),
         ("0ms", 0),
-        ("999999999999d", 999_999_999_999 * DAY),
+        ("11574074d", 11_574_074 * DAY),
     ],
 )
 def test_durations_parse_to_milliseconds(text: str, ms: int) -> None:
@@ -162,3 +162,12 @@ def test_as_strings_over_any_base_of_the_same_mode_gives_the_options(
 ) -> None:
     base = TableOptions(other.ttl_ms, options.update_mode)
     assert TableOptions.parse(options.as_strings(), base) == options
+
+
+@pytest.mark.parametrize("text", ["999999999999d", "11574075d", "277777778h"])
+def test_a_ttl_no_timestamp_could_reach_is_refused(text: str) -> None:
+    """ttl=999999999999d was taken: every read of the table then failed on DuckDB's INT128 cast,
+    and the TTL purge ended the worker."""
+    with pytest.raises(InvalidArgument, match=r"about 31,700 years\): to keep rows for ever"):
+        TableOptions.parse({"ttl": text})
+    assert TableOptions.parse({"ttl": "11574074d"}).ttl_ms == 11574074 * 86_400_000

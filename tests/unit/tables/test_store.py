@@ -491,6 +491,29 @@ def test_purge_expired_deletes_what_a_ttl_hides(tables: TableStore) -> None:
     assert len(scan(tables, U)) == 5
 
 
+@pytest.mark.parametrize("ms", [9_223_372_036_854_776, -9_223_372_022_400_001, 2**62])
+def test_a_timestamp_duckdb_cannot_compare_is_refused_on_write(tables: TableStore, ms: int) -> None:
+    """Taken, it failed every later read of the table and every TTL purge (the worker's purge
+    loop then ended the worker, at every restart)."""
+    tables.create(T, SCHEMA, TableOptions(ttl_ms=DAY))
+    with pytest.raises(InvalidArgument, match=f"column 'ts' holds {ms} ms since the epoch"):
+        tables.write([(T, data([YEAR_2000, ms], ["a", "b"]))])
+    last = 9_223_372_036_854_775  # the last millisecond DuckDB holds: taken, and read
+    tables.write([(T, data([last], ["c"]))])
+    assert [r["ts"] for r in scan(tables, time_range=(-(2**63), 2**63 - 1))] == [last]
+    assert tables.purge_expired() == 0
+
+
+def test_a_failing_purge_leaves_the_other_tables_purged(tables: TableStore) -> None:
+    """One table's DuckDB error ended the whole purge (and, uncaught, the worker)."""
+    broken = tables.create(T, SCHEMA, TableOptions(ttl_ms=DAY))
+    tables.create(U, SCHEMA, TableOptions(ttl_ms=DAY))
+    tables.write([(U, data([YEAR_2000], ["a"]))])
+    tables.connection.execute(f"DROP TABLE {broken.physical}")  # as a store gone wrong would
+    assert tables.purge_expired() == 1
+    assert scan(tables, U) == []
+
+
 def test_alter_options_refuses_a_new_update_mode_and_unknown_options(tables: TableStore) -> None:
     entry = tables.create(T, SCHEMA)
     with pytest.raises(InvalidArgument, match="cannot change"):
@@ -721,6 +744,12 @@ def filled(tables: TableStore) -> TableStore:
         (-1000, 1, [0]),
         (185, 10_000, [190]),
         (190, 191, [190]),
+        (-(2**63), 2**63 - 1, list(range(0, 200, 10))),  # HoraeDB's min_to_max: any time
+        (0, 2**63 - 1, list(range(0, 200, 10))),
+        (-(2**63), 50, [0, 10, 20, 30, 40]),
+        (-(2**62), 2**62, list(range(0, 200, 10))),  # a Flight read's open bounds
+        (2**62, 2**63 - 1, []),
+        (-(2**63), -(2**62), []),
     ],
 )
 def test_a_time_range_is_start_inclusive_end_exclusive(
