@@ -152,6 +152,23 @@ class TableSchema:
         )
 
 
+RESERVED_PREFIX = "__ff_"
+"""Columns the store adds to a table's staging (job, partition, attempt) or its writes (order)."""
+
+
+def check_new_column_names(names: Sequence[str]) -> None:
+    """Refuse the names a table cannot take for a new column: DuckDB's row id pseudo-column
+    (a column of that name hides it: reads split by row id returned no rows) and the store's
+    own columns. Checked where columns are created, not for stored tables."""
+    for name in names:
+        folded = name.casefold()
+        if folded == "rowid" or folded.startswith(RESERVED_PREFIX):
+            raise InvalidArgument(
+                f"column name {name!r} is reserved (rowid, and names starting with"
+                f" {RESERVED_PREFIX!r}, are the table store's own): choose another"
+            )
+
+
 def _check(schema: TableSchema) -> None:
     names = schema.names
     if not names:
@@ -183,4 +200,4 @@ def _check(schema: TableSchema) -> None:
         raise InvalidArgument(f"schema versions start at 1, got {schema.version}")
 
 
-__all__ = ["MAX_COLUMNS", "Column", "TableSchema", "of_arrow"]
+__all__ = ["MAX_COLUMNS", "Column", "TableSchema", "check_new_column_names", "of_arrow"]

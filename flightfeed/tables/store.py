@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from .._generated.schema import TableSchema as TableSchemaProto
 from ..errors import AlreadyExists, Conflict, FlightfeedError, InvalidArgument, NotFound
 from .options import TableOptions
-from .schema import MAX_NAME_BYTES, TableSchema
+from .schema import MAX_NAME_BYTES, TableSchema, check_new_column_names
 
 DATABASE_FILE: Final = "tables.duckdb"
 DEFAULT_CATALOG: Final = "flightfeed"
@@ -253,6 +253,7 @@ class TableStore:
         if_not_exists: bool = False,
     ) -> TableEntry:
         options = options or TableOptions()
+        check_new_column_names(schema.names)
         with self._write_lock:
             with self._meta_lock:
                 existing = self._entries.get(name)
@@ -586,7 +587,9 @@ def _added_columns(current: TableSchema, wanted: TableSchema) -> list[Any]:
             )
     if (wanted.timestamp, wanted.primary_key) != (current.timestamp, current.primary_key):
         raise InvalidArgument("AlterTableSchema cannot change the timestamp or primary key")
-    return list(wanted.columns[len(have) :])
+    added = list(wanted.columns[len(have) :])
+    check_new_column_names([column.name for column in added])
+    return added
 
 
 def conform_rows(schema: TableSchema, data: pa.Table) -> pa.Table:
