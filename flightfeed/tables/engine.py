@@ -149,9 +149,17 @@ class TableEngine:
         return await self._run(self.store.write, list(requests))
 
     async def stage(
-        self, name: TableName, job: str, partition: int, attempt: int, data: pa.Table
+        self,
+        name: TableName,
+        job: str,
+        partition: int,
+        attempt: int,
+        data: pa.Table,
+        *,
+        table_id: int | None = None,
     ) -> int:
-        return await self._run(self.store.stage, name, job, partition, attempt, data)
+        stage = partial(self.store.stage, table_id=table_id)
+        return await self._run(stage, name, job, partition, attempt, data)
 
     async def commit_staged(
         self,
@@ -160,9 +168,12 @@ class TableEngine:
         attempts: Sequence[tuple[int, int]],
         *,
         overwrite: bool = False,
+        table_id: int | None = None,
     ) -> int:
         return await anyio.to_thread.run_sync(
-            lambda: self.store.commit_staged(name, job, attempts, overwrite=overwrite)
+            lambda: self.store.commit_staged(
+                name, job, attempts, overwrite=overwrite, table_id=table_id
+            )
         )
 
     async def abort_staged(self, name: TableName, job: str) -> int:

@@ -221,14 +221,17 @@ class TableFlight:
         command = parse_command(reader.descriptor)
         name = command.read.name
         staged = command.staged
+        table_id = engine.entry(name).id  # (every chunk goes to this table, or none)
         if staged is not None:
             job = _job(staged.job)
-            rows = await _stage_stream(engine, name, reader, job, staged.partition, staged.attempt)
+            rows = await _stage_stream(
+                engine, name, reader, job, staged.partition, staged.attempt, table_id
+            )
         else:
             job = f"{PUT_JOB_PREFIX}{uuid.uuid4().hex}"
             try:
-                await _stage_stream(engine, name, reader, job, 0, 0)
-                rows = await engine.commit_staged(name, job, [(0, 0)])
+                await _stage_stream(engine, name, reader, job, 0, 0, table_id)
+                rows = await engine.commit_staged(name, job, [(0, 0)], table_id=table_id)
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await engine.abort_staged(name, job)
@@ -304,8 +307,10 @@ async def _stage_stream(
     job: str,
     partition: int,
     attempt: int,
+    table_id: int,
 ) -> int:
-    """Stages every batch of the stream, in chunks; returns the rows staged."""
+    """Stages every batch of the stream, in chunks, into table `table_id` (refused if `name`
+    names another table now); returns the rows staged."""
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
     total = 0
@@ -314,7 +319,7 @@ async def _stage_stream(
         nonlocal pending, pending_rows, total
         if pending:
             total += await engine.stage(
-                name, job, partition, attempt, pa.Table.from_batches(pending)
+                name, job, partition, attempt, pa.Table.from_batches(pending), table_id=table_id
             )
             pending, pending_rows = [], 0
 

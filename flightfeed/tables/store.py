@@ -39,6 +39,7 @@ ENGINE: Final = "DuckDB"
 _META: Final = "flightfeed_tables"
 _COMMITS: Final = "flightfeed_committed_jobs"
 _STAGED: Final = "flightfeed_staged_jobs"
+_IDS: Final = "flightfeed_table_ids"
 log = logging.getLogger("flightfeed.tables")
 DEFAULT_STAGING_TTL_MS: Final = 86_400_000
 """Staged rows of a job neither committed nor aborted this long after it began (its driver
@@ -190,6 +191,12 @@ class TableStore:
             " table_id UBIGINT NOT NULL, job VARCHAR NOT NULL, started_ms BIGINT NOT NULL,"
             " PRIMARY KEY (table_id, job))"
         )
+        # Ids are never reused: a write under way tells a table created again under its name
+        # from the one it began on (a store from before the sequence starts after its tables).
+        (last,) = self.connection.execute(
+            f"SELECT coalesce(max(id), 0) FROM {_META}"
+        ).fetchone() or (0,)
+        self.connection.execute(f"CREATE SEQUENCE IF NOT EXISTS {_IDS} START WITH {int(last) + 1}")
         rows = self.connection.execute(
             f"SELECT id, catalog, schema_name, name, table_schema, options, partition_info"
             f" FROM {_META}"
@@ -257,7 +264,6 @@ class TableStore:
         with self._write_lock:
             with self._meta_lock:
                 existing = self._entries.get(name)
-                next_id = max((e.id for e in self._entries.values()), default=0) + 1
             if existing is not None:
                 same = (
                     existing.schema.arrow.equals(schema.arrow)
@@ -268,8 +274,11 @@ class TableStore:
                     return existing
                 differs = "" if same else " with another schema"
                 raise AlreadyExists(f"table {name} exists already{differs}")
-            entry = TableEntry(name, next_id, replace(schema, version=1), options, partition_info)
             with _transaction(self.connection.cursor()) as cur:
+                (next_id,) = cur.execute(f"SELECT nextval('{_IDS}')").fetchone() or (0,)
+                entry = TableEntry(
+                    name, int(next_id), replace(schema, version=1), options, partition_info
+                )
                 cur.execute(_create_sql(entry.physical, entry.schema, options))
                 cur.execute(_create_sql(entry.staging, entry.schema, None, staging=True))
                 self._save_entry(cur, entry)
@@ -315,6 +324,17 @@ class TableStore:
                 self._save_entry(cur, altered)
             self._publish(altered)
             return altered
+
+    def _same_table(self, name: TableName, table_id: int | None) -> TableEntry:
+        """The table `name` names, which must be table `table_id` if given (a table dropped and
+        created again under its name while a write was under way is another table)."""
+        entry = self.entry(name)
+        if table_id is not None and entry.id != table_id:
+            raise Conflict(
+                f"table {name} was dropped and created again while rows were written to it:"
+                " nothing of this write was published"
+            )
+        return entry
 
     def alter_options(self, name: TableName, options: dict[str, str]) -> TableEntry:
         with self._write_lock:
@@ -363,15 +383,26 @@ class TableStore:
                     raise write_error(index, name, _duckdb_error(exc), len(requests)) from exc
             return total
 
-    def stage(self, name: TableName, job: str, partition: int, attempt: int, data: pa.Table) -> int:
-        """A Spark task attempt's rows, kept aside until its job commits or aborts."""
-        entry = self.entry(name)
+    def stage(
+        self,
+        name: TableName,
+        job: str,
+        partition: int,
+        attempt: int,
+        data: pa.Table,
+        *,
+        table_id: int | None = None,
+    ) -> int:
+        """A Spark task attempt's rows, kept aside until its job commits or aborts (`table_id`:
+        the table the writer started on, refused if `name` is another table now)."""
+        entry = self._same_table(name, table_id)
         rows = conform_rows(entry.schema, data)
         tags = (pa.scalar(job), pa.scalar(partition, pa.int32()), pa.scalar(attempt, pa.int64()))
         tagged = rows
         for column, value in zip(_STAGE_COLUMNS, tags, strict=True):
             tagged = tagged.append_column(column, pa.repeat(value, len(rows)))
         with self._write_lock, _transaction(self.connection.cursor()) as cur:
+            self._same_table(name, entry.id)  # (not dropped since its rows were conformed)
             if not job.startswith(PUT_JOB_PREFIX):  # (a DoPut's job ends with its stream)
                 cur.execute(
                     f"INSERT INTO {_STAGED} VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
@@ -393,19 +424,20 @@ class TableStore:
         attempts: Sequence[tuple[int, int]],
         *,
         overwrite: bool = False,
+        table_id: int | None = None,
     ) -> int:
         """Publishes exactly the rows of the committed (partition, attempt)s of `job` (all of
         the table's rows replaced, with `overwrite`) and discards the job's staging, in one
-        transaction. Returns the rows published.
+        transaction. Returns the rows published. `table_id` as for `stage`.
 
         Committing a job again publishes nothing and answers the first commit's count: a driver
         that retries its commit, or a streaming micro-batch replayed after its commit, lands
         exactly once."""
-        entry = self.entry(name)
         partitions = [p for p, _ in attempts]
         if len(set(partitions)) != len(partitions):
             raise InvalidArgument(f"a job commits one attempt per partition, got {list(attempts)}")
         with self._write_lock, _transaction(self.connection.cursor()) as cur:
+            entry = self._same_table(name, table_id)
             done = cur.execute(
                 f"SELECT rows FROM {_COMMITS} WHERE table_id = ? AND job = ?", [entry.id, job]
             ).fetchone()

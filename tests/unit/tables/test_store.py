@@ -840,3 +840,20 @@ def test_the_store_s_own_column_names_are_refused(tables: TableStore, name: str)
     with pytest.raises(InvalidArgument, match=f"column name '{name}' is reserved"):
         tables.alter_schema(T, wanted, entry.schema.version)
     assert tables.entry(T).schema == entry.schema
+
+
+def test_a_write_whose_table_was_dropped_and_created_again_publishes_nothing(
+    tables: TableStore,
+) -> None:
+    """A DoPut staged into the old table, the table was dropped and created again, the put's
+    last chunk went to the new one and its commit published that chunk alone, acknowledged."""
+    first = tables.create(T, SCHEMA)
+    job = "put-1"
+    tables.stage(T, job, 0, 0, data([1, 2], ["a", "b"]), table_id=first.id)
+    tables.drop(T)
+    tables.create(T, SCHEMA)
+    with pytest.raises(Conflict, match="dropped and created again while rows were written"):
+        tables.stage(T, job, 0, 0, data([3], ["c"]), table_id=first.id)
+    with pytest.raises(Conflict, match="nothing of this write was published"):
+        tables.commit_staged(T, job, [(0, 0)], table_id=first.id)
+    assert scan(tables) == []
