@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from pyarrow.acero import AggregateNodeOptions, Declaration, TableSourceNodeOptions
 
 from ..errors import ExecutionError, FlightfeedError
+from .float_keys import normalized
 from .functions import GroupedStateFunction
 from .single_group import single_group
 
@@ -58,7 +59,7 @@ def group_aggregate(
     n = table.num_rows
     hash_prefix = "hash_" if keys else ""  # Acero's grouped kernels vs its scalar ones
     names = [f"__ff_k{i}" for i in range(len(keys))]
-    arrays: list[pa.ChunkedArray | pa.Array] = [table.column(k) for k in keys]
+    arrays: list[pa.ChunkedArray | pa.Array] = [normalized(table.column(k)) for k in keys]
     specs: list[tuple[list[str], str, pc.FunctionOptions | None, str]] = []
     result_names: list[str] = []
     for i, op in enumerate(ops):

@@ -30,6 +30,7 @@ from ..base import (
 from ..codec import DecodeContext, decode_enum, parse_payload
 from ..distribution import Distribution, HashPartitioned, SinglePartition
 from ..expr import Column
+from ..float_keys import needs_normalizing, normalized
 from ..join_size import estimate_join_bytes
 from ..layouts import one_dictionary_per_column, plain_layouts, with_layouts_of
 from ..memory import MemoryReservation, batch_nbytes
@@ -159,15 +160,31 @@ class HashJoin(PlanNodeBase):
 
     def _join(self, left: pa.Table, right: pa.Table) -> pa.Table:
         """Acero's join: view and run-end encoded columns in the plain layouts (Acero takes
-        neither) and back, each dictionary column with one dictionary (Acero takes no more)."""
+        neither) and back, each dictionary column with one dictionary (Acero takes no more).
+        Float keys join on normalized copies (float_keys.py), the rows keeping their values."""
+        left_keys = [lk for lk, _ in self.on]
+        right_keys = [rk for _, rk in self.on]
+        hidden: list[str] = []
+        for i, (lk, rk) in enumerate(self.on):
+            if needs_normalizing(left.schema.field(lk).type) or needs_normalizing(
+                right.schema.field(rk).type
+            ):
+                left_keys[i], right_keys[i] = f"__ff_join_l{i}", f"__ff_join_r{i}"
+                left = left.append_column(left_keys[i], normalized(left.column(lk)))
+                right = right.append_column(right_keys[i], normalized(right.column(rk)))
+                hidden += [left_keys[i], right_keys[i]]
         joined = one_dictionary_per_column(plain_layouts(left), "HashJoin's left input").join(
             one_dictionary_per_column(plain_layouts(right), "HashJoin's right input"),
-            keys=[lk for lk, _ in self.on],
-            right_keys=[rk for _, rk in self.on],
+            keys=left_keys,
+            right_keys=right_keys,
             join_type=self.join_type,
             coalesce_keys=False,
             use_threads=False,
         )
+        if hidden:
+            joined = joined.drop_columns([c for c in hidden if c in joined.column_names])
+            left = left.drop_columns([c for c in hidden if c in left.column_names])
+            right = right.drop_columns([c for c in hidden if c in right.column_names])
         return with_layouts_of(with_layouts_of(joined, left.schema), right.schema)
 
     def __repr__(self) -> str:
