@@ -86,8 +86,11 @@ class TableEngine:
         self.store = store
 
     @classmethod
-    async def open(cls, data_dir: str | os.PathLike[str] | None) -> TableEngine:
-        return cls(await anyio.to_thread.run_sync(TableStore.open, data_dir))
+    async def open(
+        cls, data_dir: str | os.PathLike[str] | None, *, memory_limit: int | None = None
+    ) -> TableEngine:
+        opening = partial(TableStore.open, data_dir, memory_limit=memory_limit)
+        return cls(await anyio.to_thread.run_sync(opening))
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.store.close)

@@ -40,6 +40,8 @@ _META: Final = "flightfeed_tables"
 _COMMITS: Final = "flightfeed_committed_jobs"
 _STAGED: Final = "flightfeed_staged_jobs"
 _IDS: Final = "flightfeed_table_ids"
+MIN_DUCKDB_MEMORY: Final = 128 << 20
+"""The least memory the table store is given, whatever the worker's limit."""
 log = logging.getLogger("flightfeed.tables")
 DEFAULT_STAGING_TTL_MS: Final = 86_400_000
 """Staged rows of a job neither committed nor aborted this long after it began (its driver
@@ -145,8 +147,12 @@ class TableStore:
     _meta_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def open(cls, data_dir: str | os.PathLike[str] | None) -> TableStore:
-        """Open (or create) the database; blocking."""
+    def open(
+        cls, data_dir: str | os.PathLike[str] | None, *, memory_limit: int | None = None
+    ) -> TableStore:
+        """Open (or create) the database; blocking. `memory_limit`: bytes DuckDB may hold
+        (beyond them it spills to a directory beside the database, or refuses); None: DuckDB's
+        default, 80% of the machine's memory."""
         path = None
         if data_dir is not None:
             path = os.path.join(os.fspath(data_dir), DATABASE_FILE)
@@ -164,6 +170,9 @@ class TableStore:
                 ) from None
         else:
             connection = duckdb.connect(":memory:")
+        if memory_limit is not None:
+            limit = max(memory_limit, MIN_DUCKDB_MEMORY)
+            connection.execute(f"SET memory_limit = '{int(limit)}B'")
         store = cls(connection, path)
         store._load()
         store._discard_abandoned_puts()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 import anyio
 
@@ -38,6 +38,10 @@ from .rpc.do_get import WorkerFlightHandler
 from .service import WorkerService
 from .sessions import build_session
 from .state import WorkerState
+
+TABLE_STORE_MEMORY_SHARE: Final = 2
+"""The durable tables' DuckDB may hold this fraction of the worker's memory limit (1/2): its
+writes grew the worker past --memory-limit, to DuckDB's own default of 80% of the machine."""
 
 
 def resolve_session_builder(builder: Any) -> SessionBuilder:
@@ -126,7 +130,11 @@ class Worker:
                 stack.push_async_callback(segments.close)  # (last: after every call ended)
             if self.config.data_dir is not None:
                 data_dir = self.config.data_dir
-                tables = await TableEngine.open(None if data_dir == ":memory:" else data_dir)
+                limit = self.config.memory_limit
+                tables = await TableEngine.open(
+                    None if data_dir == ":memory:" else data_dir,
+                    memory_limit=None if limit is None else limit // TABLE_STORE_MEMORY_SHARE,
+                )
                 stack.push_async_callback(tables.aclose)
                 self.state.tables = tables
             if self._in_process:  # reachable by location from this process only

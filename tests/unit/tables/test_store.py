@@ -857,3 +857,15 @@ def test_a_write_whose_table_was_dropped_and_created_again_publishes_nothing(
     with pytest.raises(Conflict, match="nothing of this write was published"):
         tables.commit_staged(T, job, [(0, 0)], table_id=first.id)
     assert scan(tables) == []
+
+
+def test_the_store_holds_duckdb_to_its_memory_limit(tmp_path: Path) -> None:
+    """DuckDB kept its default of 80% of the machine: a 3 GiB DoPut grew a worker run with
+    --memory-limit 512MiB to 7.5 GiB."""
+    store = TableStore.open(tmp_path / "db", memory_limit=512 << 20)
+    try:
+        found = store.connection.execute("SELECT current_setting('memory_limit')").fetchone()
+        assert found is not None
+        assert found[0] == "512.0 MiB"
+    finally:
+        store.close()
