@@ -12,6 +12,7 @@ from .coordinator import (
 )
 from .errors import (
     Cancelled,
+    DataError,
     ErrorOrigin,
     ExecutionError,
     FeedError,
@@ -46,6 +47,7 @@ __all__ = [
     "Cancelled",
     "Coordinator",
     "ErrorOrigin",
+    "DataError",
     "ExecutionError",
     "ExecutionPlan",
     "FeedError",

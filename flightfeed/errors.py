@@ -118,6 +118,15 @@ class ExecutionError(FlightfeedError):
     code = "EXECUTION"
 
 
+class DataError(ExecutionError):
+    """Arrow refused the values a plan computed on (a division by zero, a value a cast cannot
+    hold, an overflow): the query's own doing, not the worker's, so INVALID_ARGUMENT and no
+    traceback in the worker's log."""
+
+    status = Status.INVALID_ARGUMENT
+    code = "DATA"
+
+
 class FeedError(FlightfeedError):
     """A work-unit feed failed or ended abnormally."""
 
@@ -209,6 +218,7 @@ ERROR_KINDS: dict[str, type[FlightfeedError]] = {
         UnknownUdfError,
         NotFound,
         ExecutionError,
+        DataError,
         FeedError,
         VersionMismatch,
         Cancelled,

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ExecutionError, FlightfeedError, InvalidArgument, UnknownUdfError
+from ..errors import DataError, ExecutionError, FlightfeedError, InvalidArgument, UnknownUdfError
 from .expansion import check_expansion
 from .functions import FunctionRegistry, ScalarUdf
 
@@ -221,6 +221,8 @@ def _eval(
         # `length` only sizes nullary functions (random); with arguments it must stay unset.
         return target.call(args, expr.options, length=None if args else batch.num_rows)
     except (pa.ArrowException, TypeError, ValueError) as exc:
+        if error is ExecutionError and isinstance(exc, pa.ArrowInvalid):
+            error = DataError  # (the values' fault: division by zero, a cast, an overflow)
         raise error(f"function {expr.function!r} failed: {exc}") from exc
 
 

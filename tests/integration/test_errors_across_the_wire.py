@@ -12,6 +12,7 @@ from flightfeed.examples.chunk_scan import (
     RemoteScanEstimator,
     chunk_coordinator_session,
     chunk_feed_registry,
+    chunk_session_builder,
     scan,
 )
 from flightfeed.plan import Coalesce
@@ -60,3 +61,21 @@ async def test_a_plan_the_worker_cannot_decode_says_so_and_where() -> None:
     assert "register a codec in the session builder" in error.message
     assert error.origin is not None
     assert (error.origin.component, error.origin.worker_url) == ("plan decode", worker.location)
+
+
+async def test_a_division_by_zero_is_the_querys_own_error_not_the_workers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It was INTERNAL, with a traceback in the worker's log, as a bug of the worker would be."""
+    from flightfeed.errors import DataError
+    from flightfeed.plan import Projection, call, col, lit
+
+    async with start_workers(1, session_builder=chunk_session_builder) as (worker,):
+        async with coordinator(worker.location) as c:
+            rows = scan(1, "3", "2")
+            quotient = call("divide", col("partition"), lit(0))
+            with pytest.raises(DataError, match="function 'divide' failed: divide by zero") as info:
+                await c.collect(Coalesce(Projection(rows, [quotient], ["q"])))
+        await wait_for_no_tasks([worker])
+    assert info.value.status.name == "INVALID_ARGUMENT"
+    assert "Traceback" not in caplog.text

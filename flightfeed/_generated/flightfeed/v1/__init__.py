@@ -192,6 +192,11 @@ class ErrorCode(betterproto2.Enum):
 
     UNAVAILABLE = 16
 
+    DATA = 17
+    """
+    Arrow refused the values a plan computed on (a division by zero, a cast): the query's own.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -212,6 +217,7 @@ class ErrorCode(betterproto2.Enum):
             14: "ERROR_CODE_ALREADY_EXISTS",
             15: "ERROR_CODE_CONFLICT",
             16: "ERROR_CODE_UNAVAILABLE",
+            17: "ERROR_CODE_DATA",
         }
 
     @classmethod
@@ -234,6 +240,7 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_ALREADY_EXISTS": 14,
             "ERROR_CODE_CONFLICT": 15,
             "ERROR_CODE_UNAVAILABLE": 16,
+            "ERROR_CODE_DATA": 17,
         }
 
 
