@@ -310,11 +310,19 @@ def test_a_retried_task_lands_once(
     assert engine is not None
     stage = engine.stage
 
-    async def spy(name: TableName, job: str, partition: int, attempt: int, data: pa.Table) -> int:
+    async def spy(
+        name: TableName,
+        job: str,
+        partition: int,
+        attempt: int,
+        data: pa.Table,
+        *,
+        table_id: int | None = None,
+    ) -> int:
         staged.append((partition, attempt, len(data)))
         if partition == 1:
             marker.touch()
-        return await stage(name, job, partition, attempt, data)
+        return await stage(name, job, partition, attempt, data, table_id=table_id)
 
     monkeypatch.setattr(engine, "stage", spy)
     seen = [0]  # rows this task's copy of the UDF saw
