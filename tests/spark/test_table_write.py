@@ -311,18 +311,12 @@ def test_a_retried_task_lands_once(
     stage = engine.stage
 
     async def spy(
-        name: TableName,
-        job: str,
-        partition: int,
-        attempt: int,
-        data: pa.Table,
-        *,
-        table_id: int | None = None,
-    ) -> int:
+        name: TableName, job: str, partition: int, attempt: int, data: pa.Table, **options: Any
+    ) -> int:  # (`options`: whatever else the engine's stage takes, passed on as it is)
         staged.append((partition, attempt, len(data)))
         if partition == 1:
             marker.touch()
-        return await stage(name, job, partition, attempt, data, table_id=table_id)
+        return await stage(name, job, partition, attempt, data, **options)
 
     monkeypatch.setattr(engine, "stage", spy)
     seen = [0]  # rows this task's copy of the UDF saw
