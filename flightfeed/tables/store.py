@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from .._generated.schema import TableSchema as TableSchemaProto
 from ..errors import AlreadyExists, Conflict, FlightfeedError, InvalidArgument, NotFound
+from .assign import assign
 from .options import TableOptions
 from .schema import MAX_NAME_BYTES, TableSchema, check_new_column_names
 
@@ -634,8 +635,9 @@ def _added_columns(current: TableSchema, wanted: TableSchema) -> list[Any]:
 
 
 def conform_rows(schema: TableSchema, data: pa.Table) -> pa.Table:
-    """`data` as the table's columns: missing nullable columns are null, values cast safely
-    (a timestamp of any unit to milliseconds, exactly); an unknown column is an error."""
+    """`data` as the table's columns: missing nullable columns are null, values converted as
+    `assign` allows (a timestamp of any unit to milliseconds, exactly); an unknown column is an
+    error."""
     known = set(schema.names)
     unknown = [name for name in data.column_names if name not in known]
     if unknown:
@@ -649,15 +651,9 @@ def conform_rows(schema: TableSchema, data: pa.Table) -> pa.Table:
                 raise InvalidArgument(f"the rows written lack non-null column {column.name!r}")
             columns.append(pa.nulls(len(data), column.type.arrow))
             continue
-        values = data.column(column.name)
-        if values.type != column.type.arrow:
-            try:
-                values = values.cast(column.type.arrow, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise InvalidArgument(
-                    f"column {column.name!r} is {column.type.data_type.name}: cannot store"
-                    f" {values.type} values ({exc})"
-                ) from exc
+        values = assign(
+            column.name, column.type.data_type.name, column.type.arrow, data.column(column.name)
+        )
         if not column.nullable and values.null_count:
             raise InvalidArgument(f"column {column.name!r} is not nullable; got nulls")
         if pa.types.is_timestamp(values.type):

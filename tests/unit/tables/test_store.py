@@ -232,6 +232,8 @@ def test_a_write_conforms_the_rows_to_the_table(tables: TableStore) -> None:
         (data([1], ["a"], v=None, x=pa.array(["abc"])), "column 'x' is DOUBLE"),
         (pa.table({"ts": pa.array([1_500], pa.timestamp("us")), "host": ["a"]}), "'ts'"),
         (data([1], ["a"], x=pa.array([2**62], pa.int64())), "'x'"),
+        (data([1], ["a"], x=pa.array(["1.5"])), "column 'x' is DOUBLE: it does not take string"),
+        (data([1], ["a"], x=pa.array([True])), "column 'x' is DOUBLE: it does not take bool"),
     ],
 )
 def test_bad_rows_are_refused(tables: TableStore, incoming: pa.Table, message: str) -> None:
