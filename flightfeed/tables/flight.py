@@ -42,7 +42,7 @@ from .._generated.flightfeed.v1 import (
     TableRef,
     TableTicket,
 )
-from ..errors import InvalidArgument, Unimplemented
+from ..errors import InvalidArgument, NotFound, Unimplemented
 from ..flight.client import path_descriptor
 from ..flight.schema import schema_to_ipc
 from ..flight.server import PutResultWriter
@@ -151,9 +151,9 @@ def parsed(command: TableCommand) -> ParsedCommand:
     return ParsedCommand(read, partitions, command.staged)
 
 
-def _ticket(command: TableCommand, start: int, end: int) -> bytes:
+def _ticket(command: TableCommand, start: int, end: int, table_id: int) -> bytes:
     return TABLE_TICKET_PREFIX + bytes(
-        TableTicket(command=command, rowid_start=start, rowid_end=end)
+        TableTicket(command=command, rowid_start=start, rowid_end=end, table_id=table_id)
     )
 
 
@@ -176,15 +176,20 @@ class TableFlight:
         engine = self.engine()
         command = parse_command(descriptor)
         schema = engine.read_schema(command.read)  # also: the table and columns exist
-        split_predicates(command.read.predicates, engine.entry(command.read.name).schema.arrow)
+        entry = engine.entry(command.read.name)
+        split_predicates(command.read.predicates, entry.schema.arrow)
+        # The columns announced, named: a column added before a ticket is read is not streamed.
         as_command = _as_command(descriptor, command)
+        as_command.columns = list(schema.names)
         top = await engine.max_rowid(command.read.name)
         count = command.partitions
         bounds = [(top + 1) * i // count for i in range(count + 1)]
         bounds[-1] = -1  # the last slice takes what is appended meanwhile
         location = [Location(uri=self.location())]
         endpoints = [
-            FlightEndpoint(ticket=Ticket(ticket=_ticket(as_command, lo, hi)), location=location)
+            FlightEndpoint(
+                ticket=Ticket(ticket=_ticket(as_command, lo, hi, entry.id)), location=location
+            )
             for lo, hi in itertools.pairwise(bounds)
         ]
         return FlightInfo(
@@ -205,6 +210,11 @@ class TableFlight:
         if found.command is None:
             raise InvalidArgument("the table ticket holds no command")
         read = parsed(found.command).read
+        if found.table_id is not None and engine.entry(read.name).id != found.table_id:
+            raise NotFound(
+                f"table {read.name} was dropped after this ticket was planned (and created"
+                " again): call GetFlightInfo again"
+            )
         end = OPEN_END if found.rowid_end < 0 else found.rowid_end
         if found.rowid_start < 0 or end < found.rowid_start:
             raise InvalidArgument(f"bad row id range [{found.rowid_start}, {found.rowid_end})")

@@ -1827,7 +1827,9 @@ default_message_pool.register_message("flightfeed.v1", "TableScanNode", TableSca
 class TableTicket(betterproto2.Message):
     """
     What a table endpoint's ticket holds (after the prefix "flightfeed-table:"): the read and
-    its slice of the table's row ids, [rowid_start, rowid_end); rowid_end -1: no end.
+    its slice of the table's row ids, [rowid_start, rowid_end); rowid_end -1: no end. The
+    command names the columns the endpoint's FlightInfo announced, so a column added since is
+    not streamed.
     """
 
     command: "TableCommand | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
@@ -1835,6 +1837,12 @@ class TableTicket(betterproto2.Message):
     rowid_start: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
 
     rowid_end: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    table_id: "int | None" = betterproto2.field(4, betterproto2.TYPE_UINT64, optional=True)
+    """
+    The table's id when the ticket was planned: the ticket of a table dropped since (and
+    perhaps created again under its name) is refused.
+    """
 
 
 default_message_pool.register_message("flightfeed.v1", "TableTicket", TableTicket)

@@ -1,0 +1,85 @@
+"""A table's endpoints as pyarrow's C++ Flight client reads them from a `flightfeed worker
+--data-dir` process: a ticket streams the schema its FlightInfo announced, even after a column
+is added, and the ticket of a table dropped since (and created again) is refused rather than
+read from the new table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+from helpers.tables_cli import tables
+from helpers.worker_process import worker_process
+
+ROWS = pa.table(
+    {
+        "ts": pa.array([1_700_000_000_000 + i for i in range(6)], pa.timestamp("ms")),
+        "host": [f"h{i % 3}" for i in range(6)],
+        "v": [i / 2 for i in range(6)],
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with worker_process("--data-dir", str(tmp_path_factory.mktemp("tables"))) as (_, location):
+        yield location
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> None:
+    code, _, err = tables(capsys, *argv)
+    assert (code, err) == (0, ""), err
+
+
+def create_with_rows(capsys: pytest.CaptureFixture[str], worker: str, name: str) -> None:
+    columns = ["--column", "ts:timestamp", "--column", "host:string:tag", "--column", "v:double"]
+    run(capsys, "create", "--worker", worker, name, *columns)
+    with flight.connect(worker) as client:
+        writer, reader = client.do_put(flight.FlightDescriptor.for_path(name), ROWS.schema)
+        writer.write_table(ROWS)
+        writer.done_writing()
+        reader.read()
+        writer.close()
+
+
+def sorted_rows(table: pa.Table) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = table.sort_by([("ts", "ascending")]).to_pylist()
+    return rows
+
+
+def test_a_ticket_streams_the_schema_its_flight_info_announced(
+    worker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, a column added between GetFlightInfo and DoGet was streamed: the batches did
+    not have the schema the FlightInfo gave."""
+    create_with_rows(capsys, worker, "announced")
+    with flight.connect(worker) as client:
+        info = client.get_flight_info(flight.FlightDescriptor.for_path("announced"))
+        assert info.schema.names == ROWS.schema.names
+        run(capsys, "alter", "--worker", worker, "announced", "--add-column", "region:string")
+        got = pa.concat_tables(client.do_get(e.ticket).read_all() for e in info.endpoints)
+        assert got.schema == info.schema
+        assert sorted_rows(got) == ROWS.to_pylist()
+        fresh = client.get_flight_info(flight.FlightDescriptor.for_path("announced"))
+        assert fresh.schema.names == ["ts", "host", "v", "region"]
+        (endpoint,) = fresh.endpoints
+        assert client.do_get(endpoint.ticket).read_all().schema == fresh.schema
+
+
+def test_the_ticket_of_a_dropped_table_is_refused_even_when_its_name_is_taken_again(
+    worker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, the old ticket read the new table's rows."""
+    create_with_rows(capsys, worker, "again")
+    with flight.connect(worker) as client:
+        info = client.get_flight_info(flight.FlightDescriptor.for_path("again"))
+        run(capsys, "drop", "--worker", worker, "again")
+        with pytest.raises(pa.ArrowKeyError, match=r"no table 'flightfeed\.public\.again'"):
+            client.do_get(info.endpoints[0].ticket).read_all()
+        create_with_rows(capsys, worker, "again")
+        with pytest.raises(pa.ArrowKeyError, match="dropped after this ticket was planned"):
+            client.do_get(info.endpoints[0].ticket).read_all()
+        fresh = client.get_flight_info(flight.FlightDescriptor.for_path("again"))
+        assert sorted_rows(client.do_get(fresh.endpoints[0].ticket).read_all()) == ROWS.to_pylist()
