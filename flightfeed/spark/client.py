@@ -20,7 +20,14 @@ import pyarrow as pa
 import pyarrow.flight as fl
 from grpclib.const import Status
 
-from ..errors import FlightfeedError, InvalidArgument, NotFound, RemoteError, Unauthenticated
+from ..errors import (
+    Conflict,
+    FlightfeedError,
+    InvalidArgument,
+    NotFound,
+    RemoteError,
+    Unauthenticated,
+)
 from ..flight.auth import AUTHORIZATION, read_tokens
 from .shared_read import on_this_host, read_ticket
 
@@ -195,6 +202,8 @@ def flight_error(uri: str, what: str, exc: Exception, peer: str = COORDINATOR) -
         )
     if isinstance(exc, KeyError | pa.ArrowKeyError):
         return NotFound(f"{what} at {uri}: {text}")
+    if "returned precondition failed error" in full:  # (pyarrow raises it as ArrowInvalid)
+        return Conflict(f"{what} at {uri}: {text}")
     if isinstance(exc, pa.ArrowInvalid):
         return InvalidArgument(f"{what} at {uri}: {text}")
     return FlightfeedError(f"{what} at {uri} failed: {text}")

@@ -44,6 +44,10 @@ into an integer column, a number into a string one or a string into a number one
 and so is a TIMESTAMP_NTZ into a timestamp column (a wall-clock time: cast it to TIMESTAMP in
 Spark, which applies the session time zone).
 
+A job's tasks learn from the worker which table they staged into, and the commit names it: a
+job across a drop and re-creation of its table publishes nothing (`Conflict`), rather than
+whatever it staged into the new table.
+
 Every error names the table and the worker.
 """
 
@@ -73,7 +77,7 @@ from .._generated.flightfeed.v1 import (
     StagedAttempt,
     StagedWrite,
 )
-from ..errors import FlightfeedError, InvalidArgument, RemoteError
+from ..errors import Conflict, FlightfeedError, InvalidArgument, RemoteError
 from . import client
 from .python_worker import settle_python_worker
 from .source import (
@@ -117,6 +121,18 @@ class TableCommitMessage(WriterCommitMessage):
     """Spark's attemptNumber() of the task, for people reading the messages."""
     batch_id: int | None = None
     """The micro-batch (streaming writes)."""
+    table_id: int | None = None
+    """The worker's id of the table the rows were staged into (None: nothing was sent)."""
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What a worker staged of one task attempt."""
+
+    rows: int
+    table_id: int | None
+    """The table staged into: its commit names it, so rows staged into a table dropped and
+    created again since are never published into the new one."""
 
 
 @dataclass(frozen=True)
@@ -234,14 +250,14 @@ class TableTarget:
 
     def stage(
         self, job: str, partition: int, attempt: int, batches: Iterable[pa.RecordBatch]
-    ) -> int:
-        """DoPut `batches` staged as (job, partition, attempt); the rows the worker staged.
-        An empty partition sends nothing."""
+    ) -> Staged:
+        """DoPut `batches` staged as (job, partition, attempt). An empty partition sends
+        nothing."""
         settle_python_worker()  # (this runs in Spark's Python worker)
         batches = iter(batches)
         first = next(batches, None)
         if first is None:
-            return 0
+            return Staged(0, None)
         staged = StagedWrite(job=job, partition=partition, attempt=attempt)
         command = worker_command(table_ref(self.table), staged=staged)
         conformed = (self.conform(b) for b in itertools.chain([first], batches))
@@ -259,21 +275,28 @@ class TableTarget:
             raise  # from conform: it names the table already
         except FlightfeedError as exc:
             raise self.error(exc) from None
-        rows = int(RowCount.parse(answer).rows) if answer else sent
-        if rows != sent:
+        count = RowCount.parse(answer) if answer else RowCount(rows=sent)
+        if count.rows != sent:
             raise FlightfeedError(
-                f"writing {self.where}: the worker staged {rows} of the {sent} rows sent"
+                f"writing {self.where}: the worker staged {count.rows} of the {sent} rows sent"
             )
-        return rows
+        return Staged(sent, count.table_id)
 
-    def commit(self, job: str, attempts: Sequence[tuple[int, int]], overwrite: bool) -> int:
-        """Publish exactly these (partition, attempt)s of `job`; the rows published (the first
-        commit's, when `job` was committed before)."""
+    def commit(
+        self,
+        job: str,
+        attempts: Sequence[tuple[int, int]],
+        overwrite: bool,
+        table_id: int | None = None,
+    ) -> int:
+        """Publish exactly these (partition, attempt)s of `job`, staged into table `table_id`;
+        the rows published (the first commit's, when `job` was committed before)."""
         request = CommitStaged(
             table=table_ref(self.table),
             job=job,
             attempts=[StagedAttempt(partition=p, attempt=a) for p, a in attempts],
             overwrite=overwrite,
+            table_id=table_id,
         )
         return self._action(COMMIT_STAGED, bytes(request))
 
@@ -363,6 +386,17 @@ def _attempts(messages: Sequence[WriterCommitMessage | None], job: str) -> list[
     return sorted(attempts.items())
 
 
+def _table_id(messages: Sequence[WriterCommitMessage | None], job: str, where: str) -> int | None:
+    """The one table the tasks of `job` staged into (None if none sent rows)."""
+    ids = {m.table_id for m in _ours(messages) if m is not None and m.table_id is not None}
+    if len(ids) > 1:
+        raise Conflict(
+            f"writing {where}: the table was dropped and created again while job {job} wrote"
+            " to it (its tasks staged rows into different tables): nothing was published"
+        )
+    return next(iter(ids), None)
+
+
 class FlightfeedTableWriter(DataSourceArrowWriter):
     """`df.write.format("flightfeed")`: see the module docstring."""
 
@@ -378,11 +412,23 @@ class FlightfeedTableWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TableCommitMessage:
         context = _task()
         partition, attempt = context.partitionId(), context.taskAttemptId()
-        rows = self.target.stage(self.job, partition, attempt, iterator)
-        return TableCommitMessage(self.job, partition, attempt, rows, context.attemptNumber())
+        staged = self.target.stage(self.job, partition, attempt, iterator)
+        return TableCommitMessage(
+            self.job,
+            partition,
+            attempt,
+            staged.rows,
+            context.attemptNumber(),
+            table_id=staged.table_id,
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self.target.commit(self.job, _attempts(messages, self.job), self.overwrite)
+        self.target.commit(
+            self.job,
+            _attempts(messages, self.job),
+            self.overwrite,
+            _table_id(messages, self.job, self.target.where),
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self.target.abort(self.job)
@@ -419,16 +465,23 @@ class FlightfeedStreamTableWriter(DataSourceStreamArrowWriter):
         job = stream_job(query_id, batch_id)
         partition = context.partitionId()
         attempt = (self.run << 32) | (context.taskAttemptId() & 0xFFFF_FFFF)
-        rows = self.target.stage(job, partition, attempt, iterator)
+        staged = self.target.stage(job, partition, attempt, iterator)
         return TableCommitMessage(
-            job, partition, attempt, rows, context.attemptNumber(), batch_id=batch_id
+            job,
+            partition,
+            attempt,
+            staged.rows,
+            context.attemptNumber(),
+            batch_id=batch_id,
+            table_id=staged.table_id,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         job = self._job(messages, batchId)
         if job is None:
             return  # no task ran: nothing staged, nothing to publish
-        self.target.commit(job, _attempts(messages, job), self.overwrite)
+        table_id = _table_id(messages, job, self.target.where)
+        self.target.commit(job, _attempts(messages, job), self.overwrite, table_id)
         # A replayed micro-batch's commit publishes nothing (the job committed before), and
         # leaves what the replay staged: discard it.
         self.target.abort(job)
@@ -458,6 +511,7 @@ class FlightfeedStreamTableWriter(DataSourceStreamArrowWriter):
 __all__ = [
     "FlightfeedStreamTableWriter",
     "FlightfeedTableWriter",
+    "Staged",
     "TableCommitMessage",
     "TableTarget",
     "TableWriteRefused",

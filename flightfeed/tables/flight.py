@@ -246,7 +246,7 @@ class TableFlight:
                 with anyio.CancelScope(shield=True):
                     await engine.abort_staged(name, job)
                 raise
-        await results.write(bytes(RowCount(rows=rows)))
+        await results.write(bytes(RowCount(rows=rows, table_id=table_id)))
 
     async def do_action(self, action: Action) -> AsyncIterator[bytes]:
         engine = self.engine()
@@ -274,7 +274,11 @@ class TableFlight:
             commit = parse_strict(CommitStaged, body)
             attempts = [(a.partition, a.attempt) for a in commit.attempts]
             rows = await engine.commit_staged(
-                table_name(commit.table), _job(commit.job), attempts, overwrite=commit.overwrite
+                table_name(commit.table),
+                _job(commit.job),
+                attempts,
+                overwrite=commit.overwrite,
+                table_id=commit.table_id,
             )
             yield bytes(RowCount(rows=rows))
         elif kind == ABORT_STAGED:

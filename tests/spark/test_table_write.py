@@ -26,7 +26,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 import flightfeed.spark.writer as writer_module
 import flightfeed.tables.flight as table_flight
 from flightfeed._generated.flightfeed.v1 import CreateTable, RowCount, TableRef
-from flightfeed.errors import InvalidArgument
+from flightfeed.errors import Conflict, InvalidArgument
 from flightfeed.spark import (
     FlightfeedDataSource,
     FlightfeedPushdownSource,
@@ -422,6 +422,51 @@ def test_only_the_committed_attempt_of_a_partition_is_published(
     assert count_rows(table_worker, table) == 500
 
 
+def recreate_table(worker: Worker, name: str) -> None:
+    """Drop table `name` and create it again, empty, under the same name (a new table)."""
+    action(worker, "drop_table", bytes(TableRef(table=name)))
+    schema = TableSchema.from_arrow(SCHEMA, timestamp="ts", primary_key=["id", "ts"])
+    request = CreateTable(
+        table=TableRef(table=name),
+        table_schema=schema.to_proto(),
+        options={"update_mode": "APPEND"},
+    )
+    action(worker, "create_table", bytes(request))
+
+
+def test_a_job_across_a_drop_and_create_of_its_table_publishes_nothing(
+    table_worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a commit after the table was dropped and created again published into the new
+    table whatever the job had staged there, and reported success: the rows staged into the
+    dropped table were lost without a word."""
+    monkeypatch.setattr(writer_module, "TaskContext", FakeTask)
+    table = create_table(table_worker)
+    options = {"uri": table_worker.location, "table": table}
+    writer = FlightfeedTableWriter.create(options, from_arrow_schema(SCHEMA), overwrite=False)
+    FakeTask.current = FakeTask(0, 1, 0)
+    before = writer.write(iter(rows(0, 30).to_batches()))
+    recreate_table(table_worker, table)
+    FakeTask.current = FakeTask(1, 2, 0)
+    after = writer.write(iter(rows(30, 20).to_batches()))
+    assert before.table_id is not None
+    assert after.table_id is not None
+    assert before.table_id != after.table_id
+    with pytest.raises(Conflict, match="dropped and created again while job spark-"):
+        writer.commit([before, after])
+    writer.abort([before, after])  # as Spark does when its commit fails
+    assert (count_rows(table_worker, table), staged_rows(table_worker, table)) == (0, 0)
+
+    # Every task staged into the dropped table: the worker refuses the commit.
+    writer = FlightfeedTableWriter.create(options, from_arrow_schema(SCHEMA), overwrite=True)
+    FakeTask.current = FakeTask(0, 3, 0)
+    staged = writer.write(iter(rows(0, 10).to_batches()))
+    recreate_table(table_worker, table)
+    with pytest.raises(Conflict, match="dropped and created again while rows were written"):
+        writer.commit([staged])
+    assert count_rows(table_worker, table) == 0
+
+
 def test_a_write_into_a_missing_table_names_it_and_the_worker(
     spark: Any, table_worker: Worker
 ) -> None:
@@ -565,9 +610,10 @@ def test_a_stream_lands_once_per_micro_batch_and_a_replay_adds_nothing(
     assert isinstance(writer, FlightfeedStreamTableWriter)
     job = stream_job(first.id, 1)
     staged = writer.target.stage(job, 0, 12345, files[1].to_batches())
-    assert staged == 400
+    assert staged.rows == 400
     assert staged_rows(table_worker, table) == 400
-    writer.commit([TableCommitMessage(job, 0, 12345, staged, batch_id=1)], 1)
+    message = TableCommitMessage(job, 0, 12345, staged.rows, batch_id=1, table_id=staged.table_id)
+    writer.commit([message], 1)
     assert count_rows(table_worker, table) == 1200
     assert staged_rows(table_worker, table) == 0
 

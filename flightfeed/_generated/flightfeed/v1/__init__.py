@@ -404,6 +404,12 @@ class CommitStaged(betterproto2.Message):
 
     overwrite: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
 
+    table_id: "int | None" = betterproto2.field(5, betterproto2.TYPE_UINT64, optional=True)
+    """
+    The table the attempts were staged into (their DoPut answers' `table_id`): if the name
+    names another table now (dropped and created again), nothing is published.
+    """
+
 
 default_message_pool.register_message("flightfeed.v1", "CommitStaged", CommitStaged)
 
@@ -1400,6 +1406,11 @@ class RowCount(betterproto2.Message):
     """
 
     rows: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+
+    table_id: "int | None" = betterproto2.field(2, betterproto2.TYPE_UINT64, optional=True)
+    """
+    DoPut: the id of the table written or staged into (a commit names it back).
+    """
 
 
 default_message_pool.register_message("flightfeed.v1", "RowCount", RowCount)
