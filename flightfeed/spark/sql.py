@@ -39,11 +39,16 @@ class TableCall:
 
 
 def rewrite(query: str, tables: Collection[str]) -> tuple[str, list[TableCall]]:
-    """The query with every call of a table in `tables` replaced by a view, and the calls."""
+    """The query with every call of a table in `tables` replaced by a view, and the calls.
+
+    A query that calls none is Spark's alone and goes to it as written, unparsed if sqlglot
+    cannot parse it (Spark's parser is the authority on Spark SQL)."""
     try:
         statements = [s for s in sqlglot.parse(query, read="spark") if s is not None]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
-        raise InvalidArgument(f"cannot parse the SQL: {exc}") from None
+        if not _may_call(query, tables):
+            return query, []
+        raise InvalidArgument(f"cannot parse the SQL{_where(exc)}") from None
     if len(statements) != 1:
         raise InvalidArgument(
             f"cannot parse the SQL: expected one statement, got {len(statements)}"
@@ -62,7 +67,39 @@ def rewrite(query: str, tables: Collection[str]) -> tuple[str, list[TableCall]]:
         view = f"__flightfeed_{name}_{uuid.uuid4().hex[:12]}"  # unique: queries may overlap
         table.set("this", exp.to_identifier(view))
         calls.append(TableCall(view, name, arguments))
+    if not calls:
+        return query, calls  # (sqlglot's rendering is not the query Spark was given)
     return tree.sql(dialect="spark"), calls
+
+
+def _may_call(query: str, tables: Collection[str]) -> bool:
+    """Whether the query's text may call one of `tables` (a name, then an opening bracket)."""
+    return any(
+        re.search(rf"(?<![\w.`]){re.escape(name)}\s*\(", query, re.IGNORECASE) for name in tables
+    )
+
+
+_SQLGLOT_CLASS = re.compile(r"<class '(?:\w+\.)*(\w+)'>")
+"""How sqlglot names an expression in its messages; `Mul` is enough."""
+
+
+def _class_name(match: re.Match[str]) -> str:
+    return match.group(1)
+
+
+def _where(exc: sqlglot.errors.ParseError | sqlglot.errors.TokenError) -> str:
+    """Where and why sqlglot could not parse a query, in plain text (its own message marks the
+    place with terminal escape codes)."""
+    if isinstance(exc, sqlglot.errors.TokenError):
+        return f": {exc} (an unclosed quote or comment?)"
+    first = exc.errors[0] if exc.errors else None
+    if first is None:
+        return f": {exc}"
+    near = f"{first['start_context']}{first['highlight']}".strip()[-40:]
+    return (
+        f" at line {first['line']}, column {first['col']}, after {near!r}:"
+        f" {_SQLGLOT_CLASS.sub(_class_name, first['description'])}"
+    )
 
 
 _INTEGER_SUFFIXES = frozenset({"BIGINT", "INT", "SMALLINT", "TINYINT"})

@@ -206,10 +206,46 @@ def test_a_call_qualified_by_a_database_is_left_to_spark() -> None:
     assert same_sql(rewritten, "SELECT * FROM default.scan(2)")
 
 
-@pytest.mark.parametrize("query", ["", "SELECT * FROM", "SELECT * FROM scan(1"])
-def test_unparsable_sql_is_an_invalid_argument(query: str) -> None:
-    with pytest.raises(InvalidArgument, match="cannot parse the SQL"):
+@pytest.mark.parametrize(
+    ("query", "where"),
+    [
+        ("SELECT * FROM scan(1", "at line 1, column 20, after 'SELECT \\* FROM scan\\(1': "),
+        ("SELEC * FROM scan(1)", "at line 1, column 12, after 'SELEC \\* FROM': .* for Mul$"),
+        ("SELECT a\nFROM SCAN (1) WHERE (", "at line 2, column \\d+, after '.*WHERE \\(':"),
+    ],
+)
+def test_unparsable_sql_that_calls_a_table_is_an_invalid_argument_saying_where(
+    query: str, where: str
+) -> None:
+    """The place in plain words: sqlglot's own message marked it with terminal escape codes
+    and named its classes ("<class 'sqlglot.expressions.core.Mul'>")."""
+    with pytest.raises(InvalidArgument, match=f"^cannot parse the SQL {where}") as info:
         rewrite(query, ["scan"])
+    assert "\x1b" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM",
+        "SELEC 1",
+        "SELECT * FROM other_scan(1) WHERE (",  # another name ending in the table's
+        "SELECT * FROM t WHERE x.scan (1",
+    ],
+)
+def test_unparsable_sql_that_calls_no_table_is_left_to_spark(query: str) -> None:
+    """Spark's parser is the authority on Spark SQL, which sqlglot's lags behind."""
+    assert rewrite(query, ["scan"]) == (query, [])
+
+
+def test_sql_that_calls_no_table_goes_to_spark_as_written() -> None:
+    query = "select  a  -- the column\nfrom t tablesample (bucket 3 out of 32 on rand()) s"
+    assert rewrite(query, ["scan"]) == (query, [])
+
+
+def test_empty_sql_is_an_invalid_argument() -> None:
+    with pytest.raises(InvalidArgument, match="expected one statement, got 0"):
+        rewrite("", ["scan"])
 
 
 def test_unterminated_string_is_an_invalid_argument() -> None:
