@@ -84,10 +84,10 @@ def rows(start: int, count: int) -> pa.Table:
 # --- the worker's side ---------------------------------------------------------------------
 
 
-def create_table(worker: Worker, columns: pa.Schema = SCHEMA) -> str:
+def create_table(worker: Worker, columns: pa.Schema = SCHEMA, name: str = "") -> str:
     """A new APPEND table (every row kept: a duplicate would show) of `columns` (keyed on id and
-    ts); its name."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
+    ts), named `name` or a new name; its name."""
+    name = name or f"t_{uuid.uuid4().hex[:12]}"
     schema = TableSchema.from_arrow(columns, timestamp="ts", primary_key=["id", "ts"])
     request = CreateTable(
         table=TableRef(table=name),
@@ -425,13 +425,7 @@ def test_only_the_committed_attempt_of_a_partition_is_published(
 def recreate_table(worker: Worker, name: str) -> None:
     """Drop table `name` and create it again, empty, under the same name (a new table)."""
     action(worker, "drop_table", bytes(TableRef(table=name)))
-    schema = TableSchema.from_arrow(SCHEMA, timestamp="ts", primary_key=["id", "ts"])
-    request = CreateTable(
-        table=TableRef(table=name),
-        table_schema=schema.to_proto(),
-        options={"update_mode": "APPEND"},
-    )
-    action(worker, "create_table", bytes(request))
+    create_table(worker, name=name)
 
 
 def test_a_job_across_a_drop_and_create_of_its_table_publishes_nothing(
