@@ -61,7 +61,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -78,6 +77,7 @@ from .._generated.flightfeed.v1 import (
     StagedWrite,
 )
 from ..errors import Conflict, FlightfeedError, InvalidArgument, RemoteError
+from ..value_kinds import convert, converts
 from . import client
 from .python_worker import settle_python_worker
 from .source import (
@@ -228,13 +228,7 @@ class TableTarget:
                         f" Spark sent {column.type}: {why}"
                     )
                 try:
-                    cast = column.cast(declared.type, safe=True)
-                    if pa.types.is_floating(declared.type) and pa.types.is_floating(column.type):
-                        # (a safe cast lets a double past float's range become infinity)
-                        grew = pc.and_(pc.is_inf(cast), pc.is_finite(column))
-                        if pc.any(grew).as_py():
-                            raise pa.ArrowInvalid("a value is out of the column's range")
-                    column = cast
+                    column = convert(column, declared.type)
                 except (pa.ArrowException, ValueError) as exc:
                     raise TableWriteRefused(
                         f"writing {self.where}: column {declared.name!r} is {declared.type}, it"
@@ -316,31 +310,16 @@ class TableTarget:
         return int(RowCount.parse(answer).rows)
 
 
-def _kind(data_type: pa.DataType) -> str:
-    """What a value of `data_type` is, for which casts a write makes (module docstring)."""
-    types = pa.types
-    if types.is_integer(data_type) or types.is_floating(data_type) or types.is_decimal(data_type):
-        return "number"
-    if types.is_timestamp(data_type):
-        return "instant" if data_type.tz is not None else "wall-clock time"
-    if types.is_string(data_type) or types.is_large_string(data_type):
-        return "string"
-    if types.is_binary(data_type) or types.is_large_binary(data_type):
-        return "binary"
-    return str(data_type)
-
-
 def _uncastable(sent: pa.DataType, declared: pa.DataType) -> str:
-    """Why a write does not cast `sent` values into a `declared` column ("" if it does)."""
-    if pa.types.is_timestamp(declared):  # a table's timestamps are instants (UTC)
-        if _kind(sent) == "instant":
-            return ""
-        if _kind(sent) == "wall-clock time":
-            return (
-                "a TIMESTAMP_NTZ is a wall-clock time, the table keeps instants: cast it to"
-                " TIMESTAMP in Spark first (which applies the session time zone)"
-            )
-    elif _kind(sent) == _kind(declared):
+    """Why a write does not cast `sent` values into a `declared` column ("" if it does): the
+    store's rule (`value_kinds`), and Spark's TIMESTAMP_NTZ refused, which the store would take
+    as UTC though it names a wall-clock time in no zone."""
+    if pa.types.is_timestamp(sent) and sent.tz is None and pa.types.is_timestamp(declared):
+        return (
+            "a TIMESTAMP_NTZ is a wall-clock time, the table keeps instants: cast it to"
+            " TIMESTAMP in Spark first (which applies the session time zone)"
+        )
+    if converts(sent, declared):
         return ""
     return "cast it in Spark first (a write casts only between numbers, and within a kind)"
 

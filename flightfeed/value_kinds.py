@@ -1,0 +1,68 @@
+"""Which values a column of a durable table takes from a write: those of its own kind, converted
+exactly. One rule for the worker's store and for Spark's writer, which casts before it sends.
+
+A write whose Arrow type differs from its column's is converted only within a kind: a number
+into a number, a string into a string, a timestamp of any unit or zone into a timestamp (the
+instant it names), and so on. Between kinds it is refused: a string is never parsed into a
+number, a number never becomes a string, a boolean is not a number and a date not a timestamp.
+Such a write is almost always columns in the wrong order, and Arrow's cast would take it without
+a word ('12' into an integer, 2 into `true`).
+
+The conversion is Arrow's safe cast, so a number out of a column's range, a float with a
+fraction into an integer, an integer a double cannot hold exactly and a timestamp finer than
+the column's unit are refused. One more check: a double too large for FLOAT, which Arrow's safe
+cast turns into infinity.
+
+The callers word the refusal, each for its own reader (a gRPC client, a Spark job), so this
+module raises only Arrow's own `ArrowInvalid` and imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pt
+
+Values = TypeVar("Values", pa.Array, pa.ChunkedArray)
+
+_KINDS = (
+    ("number", (pt.is_integer, pt.is_floating, pt.is_decimal)),
+    ("string", (pt.is_string, pt.is_large_string, pt.is_string_view)),
+    ("binary", (pt.is_binary, pt.is_large_binary, pt.is_binary_view, pt.is_fixed_size_binary)),
+    ("timestamp", (pt.is_timestamp,)),
+    ("date", (pt.is_date,)),
+    ("time", (pt.is_time,)),
+    ("boolean", (pt.is_boolean,)),
+)
+
+
+def value_kind(data_type: pa.DataType) -> str:
+    """The kind of value `data_type` holds ("number", "string", "timestamp", ...); a type of no
+    kind here is a kind of its own, named by the type."""
+    for kind, tests in _KINDS:
+        if any(test(data_type) for test in tests):
+            return kind
+    return str(data_type)
+
+
+def converts(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a write converts `source` values into a `target` column at all (whether each
+    value fits is `convert`'s to say). A column of nulls goes anywhere."""
+    return pt.is_null(source) or value_kind(source) == value_kind(target)
+
+
+def convert(values: Values, target: pa.DataType) -> Values:
+    """`values` as `target`, exactly: Arrow's safe cast, and `ArrowInvalid` naming the first
+    double that FLOAT cannot hold. Call only where `converts` holds."""
+    converted = values.cast(target, safe=True)
+    if pt.is_floating(target) and pt.is_floating(values.type):
+        overflowed = pc.and_(pc.is_finite(values), pc.is_inf(converted))
+        if pc.any(overflowed).as_py():
+            index = pc.index(overflowed, True).as_py()
+            raise pa.ArrowInvalid(f"value {values[index].as_py()!r} is out of the column's range")
+    return converted
+
+
+__all__ = ["convert", "converts", "value_kind"]
