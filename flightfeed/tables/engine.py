@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..concurrency import read_ahead
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, NotFound
 from ..plan.base import closing
 from ..plan.expr import Expr, evaluate
 from ..plan.merge import merge
@@ -70,6 +70,9 @@ class TableRead:
     parallelism: int = 1
     rowid_range: tuple[int, int] | None = None
     """Only the rows whose DuckDB row id is in [lo, hi): one slice of a table read in parallel."""
+    table_id: int | None = None
+    """The table planned against (a ticket's): a table since dropped, and perhaps created again
+    under its name, is NotFound, never the new table's rows."""
 
     def checked(self) -> TableRead:
         if self.time_range is not None and self.time_range[0] > self.time_range[1]:
@@ -186,7 +189,7 @@ class TableEngine:
 
     def read_schema(self, read: TableRead) -> pa.Schema:
         """The schema of what `read` returns."""
-        schema = self.entry(read.name).schema
+        schema = self._entry_of(read).schema
         if read.columns is None:
             return schema.arrow
         return pa.schema([schema.column(c).field for c in read.columns])
@@ -194,7 +197,7 @@ class TableEngine:
     async def read(self, read: TableRead) -> AsyncIterator[pa.RecordBatch]:
         """The rows, batch by batch (empty batches skipped)."""
         read = read.checked()
-        entry = self.entry(read.name)
+        entry = self._entry_of(read)
         table_schema = entry.schema.arrow
         split = split_predicates(read.predicates, table_schema)
         wanted = list(read.columns) if read.columns is not None else entry.schema.names
@@ -229,22 +232,32 @@ class TableEngine:
         if parallelism == 1 or read.order != "none" or read.rowid_range is not None:
             slices = [spec]
         else:
-            top = await self.max_rowid(read.name)
+            top = await self._run(self.store.max_rowid, read.name, entry.id)
             bounds = [(top + 1) * i // parallelism for i in range(parallelism + 1)]
             slices = [
                 replace(spec, rowid_range=(lo, hi))
                 for lo, hi in itertools.pairwise(bounds)
                 if hi > lo
             ] or [spec]
-        sources = {i: self._scan(read.name, one, finish) for i, one in enumerate(slices)}
+        sources = {i: self._scan(entry, one, finish) for i, one in enumerate(slices)}
         async with closing(merge(sources)) as merged:  # (a merge of one is the scan itself)
             async for _, batch in merged:
                 yield batch
 
+    def _entry_of(self, read: TableRead) -> TableEntry:
+        entry = self.entry(read.name)
+        if read.table_id is not None and entry.id != read.table_id:
+            raise NotFound(
+                f"table {read.name} was dropped after this read was planned (and created"
+                " again): plan it again (GetFlightInfo)"
+            )
+        return entry
+
     async def _scan(
-        self, name: TableName, spec: ScanSpec, finish: Callable[[pa.RecordBatch], pa.RecordBatch]
+        self, entry: TableEntry, spec: ScanSpec, finish: Callable[[pa.RecordBatch], pa.RecordBatch]
     ) -> AsyncIterator[pa.RecordBatch]:
-        reader = await self._run(self.store.scan, name, spec)
+        """`spec` over table `entry` (every slice of a read scans the one table it began on)."""
+        reader = await self._run(self.store.scan, entry.name, spec, entry.id)
         try:
             batches = read_ahead(partial(_next_finished, reader, finish), SCAN_AHEAD)
             async with closing(batches) as scanned:

@@ -42,7 +42,7 @@ from .._generated.flightfeed.v1 import (
     TableRef,
     TableTicket,
 )
-from ..errors import InvalidArgument, NotFound, Unimplemented
+from ..errors import InvalidArgument, Unimplemented
 from ..flight.client import path_descriptor
 from ..flight.schema import schema_to_ipc
 from ..flight.server import PutResultWriter
@@ -210,15 +210,10 @@ class TableFlight:
         if found.command is None:
             raise InvalidArgument("the table ticket holds no command")
         read = parsed(found.command).read
-        if found.table_id is not None and engine.entry(read.name).id != found.table_id:
-            raise NotFound(
-                f"table {read.name} was dropped after this ticket was planned (and created"
-                " again): call GetFlightInfo again"
-            )
         end = OPEN_END if found.rowid_end < 0 else found.rowid_end
         if found.rowid_start < 0 or end < found.rowid_start:
             raise InvalidArgument(f"bad row id range [{found.rowid_start}, {found.rowid_end})")
-        read = replace(read, rowid_range=(found.rowid_start, end))
+        read = replace(read, rowid_range=(found.rowid_start, end), table_id=found.table_id)
         await writer.begin(engine.read_schema(read))
         async for batch in engine.read(read):
             await writer.write(batch)

@@ -486,14 +486,20 @@ class TableStore:
 
     # --- reads -------------------------------------------------------------------------
 
-    def scan(self, name: TableName, spec: ScanSpec) -> pa.RecordBatchReader:
-        """The rows `spec` selects, streamed (the reader keeps its own cursor)."""
-        entry = self.entry(name)
+    def scan(
+        self, name: TableName, spec: ScanSpec, table_id: int | None = None
+    ) -> pa.RecordBatchReader:
+        """The rows `spec` selects, streamed (the reader keeps its own cursor); `table_id`: of
+        that table only, NotFound once it is dropped."""
+        entry = self._read_table(name, table_id)
         sql, params = scan_sql(entry, spec, now_ms=_now_ms())
         cur = self.connection.cursor()
         try:
             result = cur.execute(sql, params)
             reader = result.to_arrow_reader(spec.batch_size)
+        except duckdb.CatalogException as exc:
+            cur.close()
+            raise _dropped_while_read(name) from exc
         except duckdb.Error as exc:
             cur.close()
             raise _duckdb_error(exc) from exc
@@ -506,17 +512,28 @@ class TableStore:
         try:
             (count,) = cur.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()  # type: ignore[misc]
             return int(count)
+        except duckdb.CatalogException as exc:
+            raise _dropped_while_read(name) from exc
         finally:
             cur.close()
 
-    def max_rowid(self, name: TableName) -> int:
-        entry = self.entry(name)
+    def max_rowid(self, name: TableName, table_id: int | None = None) -> int:
+        entry = self._read_table(name, table_id)
         cur = self.connection.cursor()
         try:
             (top,) = cur.execute(f"SELECT max(rowid) FROM {entry.physical}").fetchone()  # type: ignore[misc]
             return -1 if top is None else int(top)
+        except duckdb.CatalogException as exc:
+            raise _dropped_while_read(name) from exc
         finally:
             cur.close()
+
+    def _read_table(self, name: TableName, table_id: int | None) -> TableEntry:
+        """The table `name` names, which must be table `table_id` if given."""
+        entry = self.entry(name)
+        if table_id is not None and entry.id != table_id:
+            raise _dropped_while_read(name)
+        return entry
 
 
 class _CursorReader:
@@ -734,6 +751,11 @@ def _discard_job(cur: duckdb.DuckDBPyConnection, entry: TableEntry, job: str) ->
     cur.execute(f"DELETE FROM {_STAGED} WHERE table_id = ? AND job = ?", [entry.id, job])
     row = cur.execute(f"DELETE FROM {entry.staging} WHERE __ff_job = ?", [job]).fetchone()
     return int(row[0]) if row else 0
+
+
+def _dropped_while_read(name: TableName) -> NotFound:
+    """A read whose table was dropped since it found it (by then, DuckDB's catalog error)."""
+    return NotFound(f"table {name} was dropped while it was read")
 
 
 def _duckdb_error(exc: duckdb.Error) -> FlightfeedError:

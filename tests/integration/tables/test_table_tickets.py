@@ -79,7 +79,7 @@ def test_the_ticket_of_a_dropped_table_is_refused_even_when_its_name_is_taken_ag
         with pytest.raises(pa.ArrowKeyError, match=r"no table 'flightfeed\.public\.again'"):
             client.do_get(info.endpoints[0].ticket).read_all()
         create_with_rows(capsys, worker, "again")
-        with pytest.raises(pa.ArrowKeyError, match="dropped after this ticket was planned"):
+        with pytest.raises(pa.ArrowKeyError, match="dropped after this read was planned"):
             client.do_get(info.endpoints[0].ticket).read_all()
         fresh = client.get_flight_info(flight.FlightDescriptor.for_path("again"))
         assert sorted_rows(client.do_get(fresh.endpoints[0].ticket).read_all()) == ROWS.to_pylist()

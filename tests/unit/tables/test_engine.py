@@ -357,3 +357,23 @@ def test_a_parallel_read_stopped_early_closes_cleanly() -> None:
     # in an event loop of its own: a failure here (a task group left open by the generator)
     # would otherwise break the anyio test runner shared by the module's tests
     assert anyio.run(close_a_parallel_read_early) is None
+
+
+async def test_a_read_planned_against_a_dropped_table_never_reads_its_successor(
+    filled: TableEngine,
+) -> None:
+    """A read carries the id of the table it was planned against (a ticket's): once that table
+    is dropped and its name taken again, the read and its schema are NotFound, serial or in
+    parallel slices, rather than the new table's rows."""
+    planned = filled.entry(T).id
+    await filled.drop(T)
+    await filled.create(T, SCHEMA)
+    await filled.write([(T, rows_table(10))])
+    for parallelism in (1, 4):
+        read = TableRead(T, parallelism=parallelism, table_id=planned)
+        with pytest.raises(NotFound, match="dropped after this read was planned"):
+            await read_batches(filled, read)
+        with pytest.raises(NotFound, match="dropped after this read was planned"):
+            filled.read_schema(read)
+    current = TableRead(T, parallelism=4, table_id=filled.entry(T).id)
+    assert sum(b.num_rows for b in await read_batches(filled, current)) == 10

@@ -861,6 +861,30 @@ def test_a_write_whose_table_was_dropped_and_created_again_publishes_nothing(
     assert scan(tables) == []
 
 
+def test_a_scan_of_a_table_dropped_since_it_was_found_is_not_found(tables: TableStore) -> None:
+    """A drop can land between a scan finding its table and DuckDB running the scan: the scan
+    said INTERNAL, "the table store failed: Catalog Error" (that instant is reproduced here by
+    dropping the DuckDB table under the entry). A scan of a table id that is no longer the
+    name's reads nothing of its successor."""
+    first = tables.create(T, SCHEMA)
+    tables.write([(T, data([1], ["a"]))])
+    tables.drop(T)
+    second = tables.create(T, SCHEMA)
+    tables.write([(T, data([2], ["b"]))])
+    with pytest.raises(NotFound, match=r"table .*metrics was dropped while it was read"):
+        tables.scan(T, ScanSpec(), first.id)
+    with pytest.raises(NotFound, match="dropped while it was read"):
+        tables.max_rowid(T, first.id)
+    assert scan(tables) == [row(2, "b")]
+    tables.connection.execute(f"DROP TABLE {second.physical}")
+    with pytest.raises(NotFound, match="dropped while it was read"):
+        tables.scan(T, ScanSpec(), second.id)
+    with pytest.raises(NotFound, match="dropped while it was read"):
+        tables.max_rowid(T)
+    with pytest.raises(NotFound, match="dropped while it was read"):
+        tables.row_count(T)
+
+
 def test_the_store_holds_duckdb_to_its_memory_limit(tmp_path: Path) -> None:
     """DuckDB kept its default of 80% of the machine: a 3 GiB DoPut grew a worker run with
     --memory-limit 512MiB to 7.5 GiB."""
