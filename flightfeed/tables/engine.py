@@ -140,9 +140,10 @@ class TableEngine:
     async def purge_expired(self) -> int:
         return await self._run(self.store.purge_expired)
 
-    async def max_rowid(self, name: TableName) -> int:
-        """The table's highest row id (-1 when empty): where parallel slices end."""
-        return await self._run(self.store.max_rowid, name)
+    async def max_rowid(self, name: TableName, table_id: int | None = None) -> int:
+        """The table's highest row id (-1 when empty): where parallel slices end (`table_id`: of
+        that table only, NotFound once it is dropped)."""
+        return await self._run(self.store.max_rowid, name, table_id)
 
     async def row_count(self, name: TableName) -> int:
         return await self._run(self.store.row_count, name)
@@ -232,7 +233,7 @@ class TableEngine:
         if parallelism == 1 or read.order != "none" or read.rowid_range is not None:
             slices = [spec]
         else:
-            top = await self._run(self.store.max_rowid, read.name, entry.id)
+            top = await self.max_rowid(read.name, entry.id)
             bounds = [(top + 1) * i // parallelism for i in range(parallelism + 1)]
             slices = [
                 replace(spec, rowid_range=(lo, hi))

@@ -142,9 +142,13 @@ def parsed(command: TableCommand) -> ParsedCommand:
     partitions = command.partitions or 1
     if partitions > MAX_PARTITIONS:
         raise InvalidArgument(f"at most {MAX_PARTITIONS} partitions, got {partitions}")
+    if command.no_columns and command.columns:
+        raise InvalidArgument(
+            f"a TableCommand with no_columns names no columns, got {list(command.columns)}"
+        )
     read = TableRead(
         table_name(command.table),
-        columns=tuple(command.columns) or None,
+        columns=() if command.no_columns else tuple(command.columns) or None,
         predicates=tuple(expr_from_proto(f) for f in command.filters),
         time_range=time_range,
     ).checked()
@@ -175,13 +179,15 @@ class TableFlight:
     async def flight_info(self, descriptor: FlightDescriptor) -> FlightInfo:
         engine = self.engine()
         command = parse_command(descriptor)
-        schema = engine.read_schema(command.read)  # also: the table and columns exist
         entry = engine.entry(command.read.name)
-        split_predicates(command.read.predicates, entry.schema.arrow)
+        read = replace(command.read, table_id=entry.id)  # (every step below of that table)
+        schema = engine.read_schema(read)  # also: the columns exist
+        split_predicates(read.predicates, entry.schema.arrow)
         # The columns announced, named: a column added before a ticket is read is not streamed.
         as_command = _as_command(descriptor, command)
         as_command.columns = list(schema.names)
-        top = await engine.max_rowid(command.read.name)
+        as_command.no_columns = not schema.names
+        top = await engine.max_rowid(read.name, entry.id)
         count = command.partitions
         bounds = [(top + 1) * i // count for i in range(count + 1)]
         bounds[-1] = -1  # the last slice takes what is appended meanwhile

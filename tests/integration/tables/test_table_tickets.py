@@ -1,7 +1,7 @@
 """A table's endpoints as pyarrow's C++ Flight client reads them from a `flightfeed worker
 --data-dir` process: a ticket streams the schema its FlightInfo announced, even after a column
-is added, and the ticket of a table dropped since (and created again) is refused rather than
-read from the new table."""
+is added, the ticket of a table dropped since (and created again) is refused rather than
+read from the new table, and a read of no columns counts the rows."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pyarrow.flight as flight
 import pytest
 from helpers.tables_cli import tables
 from helpers.worker_process import worker_process
+
+from flightfeed._generated.flightfeed.v1 import TableCommand, TableRef
 
 ROWS = pa.table(
     {
@@ -83,3 +85,26 @@ def test_the_ticket_of_a_dropped_table_is_refused_even_when_its_name_is_taken_ag
             client.do_get(info.endpoints[0].ticket).read_all()
         fresh = client.get_flight_info(flight.FlightDescriptor.for_path("again"))
         assert sorted_rows(client.do_get(fresh.endpoints[0].ticket).read_all()) == ROWS.to_pylist()
+
+
+def test_a_read_of_no_columns_streams_the_rows_without_their_values(
+    worker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, a TableCommand could not ask for no columns: an empty list reads every column
+    (proto3 cannot tell it from none), so counting rows streamed all their values."""
+    create_with_rows(capsys, worker, "counted")
+
+    def command(**fields: object) -> flight.FlightDescriptor:
+        message = TableCommand(version=1, table=TableRef(table="counted"), **fields)
+        return flight.FlightDescriptor.for_command(bytes(message))
+
+    with flight.connect(worker) as client:
+        info = client.get_flight_info(command(no_columns=True, partitions=2, start_ms=0))
+        assert info.schema.names == []
+        read = [client.do_get(e.ticket).read_all() for e in info.endpoints]
+        assert [t.schema.names for t in read] == [[], []]
+        assert sum(t.num_rows for t in read) == ROWS.num_rows
+        run(capsys, "alter", "--worker", worker, "counted", "--add-column", "region:string")
+        assert sum(client.do_get(e.ticket).read_all().num_rows for e in info.endpoints) == 6
+        with pytest.raises(pa.ArrowInvalid, match="no_columns names no columns, got"):
+            client.get_flight_info(command(no_columns=True, columns=["v"]))

@@ -1705,6 +1705,12 @@ class TableCommand(betterproto2.Message):
     Write: stage the rows as this task attempt instead of appending them.
     """
 
+    no_columns: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    Read: no column at all, only rows (to count them): `columns` must then be empty, which
+    alone means every column.
+    """
+
 
 default_message_pool.register_message("flightfeed.v1", "TableCommand", TableCommand)
 
