@@ -721,15 +721,22 @@ def _insert_from(
     params: tuple[Any, ...],
 ) -> int:
     """INSERT the rows of `source`; in OVERWRITE mode the last of several rows with one key
-    wins, within the request as against the table."""
+    wins, within the request as against the table.
+
+    The last row of a key is found on the keys alone and joined back: a window partitioned by
+    the key over every column (`QUALIFY row_number() OVER (PARTITION BY key ...)`) made DuckDB
+    1.5 drop the sign of -0.0 and -NaN in the rows' doubles when a string column rode along."""
     if entry.options.update_mode == "APPEND":
         sql = f"INSERT INTO {table} BY NAME {source}"
     else:
         key = ", ".join(_quote(c) for c in entry.schema.primary_key)
         sql = (
-            f"INSERT OR REPLACE INTO {table} BY NAME SELECT * EXCLUDE (__ff_order) FROM"
+            f"INSERT OR REPLACE INTO {table} BY NAME"
+            f" WITH numbered AS MATERIALIZED"
             f" (SELECT *, row_number() OVER () AS __ff_order FROM ({source}))"
-            f" QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY __ff_order DESC) = 1"
+            f" SELECT * EXCLUDE (__ff_order) FROM numbered SEMI JOIN"
+            f" (SELECT max(__ff_order) AS __ff_last FROM numbered GROUP BY {key}) AS last"
+            f" ON numbered.__ff_order = last.__ff_last"
         )
     row = cur.execute(sql, list(params)).fetchone()
     return int(row[0]) if row else 0
