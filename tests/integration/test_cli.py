@@ -35,14 +35,27 @@ def worker_process() -> Iterator[tuple[subprocess.Popen[str], str]]:
         yield running
 
 
-def test_version_flag() -> None:
+@pytest.mark.parametrize("module", ["flightfeed", "flightfeed.cli"])
+def test_version_flag(module: str) -> None:
+    """`python -m flightfeed` is the command too (it said "No module named
+    flightfeed.__main__")."""
     out = subprocess.run(
-        [sys.executable, "-m", "flightfeed.cli", "--version"],
+        [sys.executable, "-m", module, "--version"],
         capture_output=True,
         text=True,
         check=True,
     )
     assert out.stdout.strip() == f"flightfeed {__version__}"
+
+
+def test_python_m_flightfeed_exits_with_the_commands_status() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "flightfeed", "worker", "--port", "99999"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    assert "flightfeed worker: error: argument --port: must be a port" in out.stderr
 
 
 def test_worker_serves_flight_and_worker_info(
