@@ -253,10 +253,13 @@ class CoordinatorService(FlightHandler):
             ) from None
         task = parse_ticket(ticket)
         assert task.task_key is not None  # (parse_ticket checked)
-        held = self._held.get(bytes(task.task_key.query_id))
-        if held is None:
+        query_id = bytes(task.task_key.query_id)
+        held = self._held.get(query_id)
+        if held is None or held.released:  # (its tasks are gone: no place to send a reader)
             raise NotFound(
-                f"no query {bytes(task.task_key.query_id).hex()} is held here (released already?)"
+                f"query {query_id.hex()} is not held here: it was released (read to its end"
+                f" and not read again for {self.grace:g} s, not read for {self.ttl:g} s, or"
+                " released by a reader): run it again"
             )
         number, partition = task.task_key.task_number, task.target_partition_start
         endpoint = held.endpoint(number, partition)

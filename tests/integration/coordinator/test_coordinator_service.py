@@ -3,6 +3,7 @@ query's schema and FlightInfo, and reads every endpoint straight from the worker
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -176,3 +177,24 @@ async def test_local_workers_on_every_interface_are_advertised_at_the_host_given
         w.location for w in cluster.workers
     }
     assert table.num_rows == 20
+
+
+async def test_relocate_of_a_released_query_says_it_was_released() -> None:
+    """A reader that could not reach a worker asks where its endpoint went. Once the query was
+    released (read to its end, its grace over), the answer was the endpoint itself, whose task
+    was gone: the reader went back and got "no longer on this worker"."""
+    async with service() as cluster:
+        info, _ = await in_thread(read_query, cluster.location, table_command("units", [2, 5]))
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(cluster.workers)  # read to its end: released
+        endpoint = info.endpoints[0]
+        body = json.dumps(
+            {"ticket": endpoint.ticket.ticket.hex(), "failed": endpoint.locations[0].uri.decode()}
+        ).encode()
+
+        def relocate() -> list[fl.Result]:
+            with fl.connect(cluster.location) as client:
+                return list(client.do_action(fl.Action("relocate", body)))
+
+        with pytest.raises(pa.ArrowKeyError, match=r"is not held here: it was released .*run it"):
+            await in_thread(relocate)
