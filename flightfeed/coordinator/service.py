@@ -67,6 +67,8 @@ from .table_query import ParsedTableQuery, parse_table_query, query_plan
 
 RELEASE_ACTION: Final = "release"
 RELOCATE_ACTION: Final = "relocate"
+QUERY_ID_BYTES: Final = 16
+"""A query id (a UUID's bytes): what `release` takes."""
 RELOCATE_WAIT: Final = 30.0
 """How long "relocate" waits for a lost worker's task to run elsewhere (a frozen worker is
 noticed within 8 s: flight/keepalive.py)."""
@@ -222,6 +224,11 @@ class CoordinatorService(FlightHandler):
         if action.type != RELEASE_ACTION:
             known = ", ".join([RELEASE_ACTION, RELOCATE_ACTION, EXPLAIN_ACTION, *STREAM_ACTIONS])
             raise InvalidArgument(f"unknown action {action.type!r}; this coordinator knows {known}")
+        if len(action.body) != QUERY_ID_BYTES:
+            raise InvalidArgument(
+                f"release needs a query id, the {QUERY_ID_BYTES} bytes of a FlightInfo's"
+                f" app_metadata: got {len(action.body)} bytes"
+            )
         held = self._held.pop(action.body, None)
         if held is None:
             raise NotFound(f"no query {action.body.hex()} is held here (released already?)")

@@ -23,7 +23,7 @@ from ..errors import (
     RemoteError,
     as_flightfeed_error,
 )
-from ..flight.errors import PlainErrors, StatusReply
+from ..flight.errors import PlainErrors, StatusReply, bounded_message
 from ..messages import parse_strict
 from .keys import TaskId, origin_key
 
@@ -80,6 +80,7 @@ class TypedErrors(PlainErrors):
         if isinstance(exc, GRPCError):
             return plain
         detail = to_detail(as_flightfeed_error(exc))
+        detail.message = bounded_message(detail.message)  # (as the status message is)
         return StatusReply(plain.status, plain.message, {ERROR_TRAILER: bytes(detail)})
 
     def error(

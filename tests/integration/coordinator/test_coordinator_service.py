@@ -198,3 +198,21 @@ async def test_relocate_of_a_released_query_says_it_was_released() -> None:
 
         with pytest.raises(pa.ArrowKeyError, match=r"is not held here: it was released .*run it"):
             await in_thread(relocate)
+
+
+async def test_a_huge_action_is_answered_at_once_with_a_bounded_message() -> None:
+    """An action's type and a release's body were echoed whole in the error: a 1 MB one froze
+    the coordinator's event loop for 20 s (the loop guard fails this test on such a stall), and
+    pyarrow's client refused the reply's headers (over 16 KiB)."""
+    async with service() as cluster:
+
+        def act(kind: str, body: bytes) -> list[fl.Result]:
+            with fl.connect(cluster.location) as client:
+                return list(client.do_action(fl.Action(kind, body)))
+
+        with pytest.raises(pa.ArrowInvalid, match=r"unknown action 'xxxx.*bytes more, cut\)$"):
+            await in_thread(act, "x" * 1_000_000, b"")
+        with pytest.raises(pa.ArrowInvalid, match=r"release needs a query id.*got 4000000 bytes"):
+            await in_thread(act, "release", b"\x01" * 4_000_000)
+        with pytest.raises(pa.ArrowKeyError, match=r"no query 0{32} is held here"):
+            await in_thread(act, "release", bytes(16))
