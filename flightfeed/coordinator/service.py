@@ -250,14 +250,15 @@ class CoordinatorService(FlightHandler):
         ]
 
     async def _relocate(self, body: bytes) -> dict[str, str]:
+        shape = "an object with 'ticket' (a hex string) and 'failed' (the location tried)"
+        request = _json_object(RELOCATE_ACTION, body, shape)
+        ticket_hex, failed = request.get("ticket"), request.get("failed")
+        if not isinstance(ticket_hex, str) or not isinstance(failed, str):
+            raise InvalidArgument(f"relocate needs a JSON body, {shape}")
         try:
-            request = json.loads(body)
-            ticket = bytes.fromhex(str(request["ticket"]))
-            failed = str(request["failed"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidArgument(
-                f"relocate needs a JSON body with 'ticket' (hex) and 'failed': {exc}"
-            ) from None
+            ticket = bytes.fromhex(ticket_hex)
+        except ValueError as exc:
+            raise InvalidArgument(f"relocate's 'ticket' is not hex: {exc}") from None
         task = parse_ticket(ticket)
         assert task.task_key is not None  # (parse_ticket checked)
         query_id = bytes(task.task_key.query_id)
@@ -279,14 +280,24 @@ class CoordinatorService(FlightHandler):
             del self._held[query_id]
 
 
-def _stream_request(kind: str, body: bytes) -> dict[str, Any]:
-    """A stream action's JSON object, with its string 'stream' (the body comes off the
-    network: anything else is InvalidArgument naming what is wrong)."""
+def _json_object(kind: str, body: bytes, shape: str) -> dict[str, Any]:
+    """An action's JSON object (the body comes off the network: anything else is
+    InvalidArgument saying what `kind` needs, `shape`)."""
     try:
         request = json.loads(body)
     except ValueError as exc:  # (UnicodeDecodeError too)
-        raise InvalidArgument(f"{kind} needs a JSON body, an object with 'stream': {exc}") from None
-    if not isinstance(request, dict) or not isinstance(request.get("stream"), str):
+        raise InvalidArgument(f"{kind} needs a JSON body, {shape}: {exc}") from None
+    except RecursionError:  # (json's decoder, on arrays or objects nested thousands deep)
+        raise InvalidArgument(f"{kind} needs a JSON body, {shape}: it nests too deep") from None
+    if not isinstance(request, dict):
+        raise InvalidArgument(f"{kind} needs a JSON body, {shape}")
+    return request
+
+
+def _stream_request(kind: str, body: bytes) -> dict[str, Any]:
+    """A stream action's JSON object, with its string 'stream'."""
+    request = _json_object(kind, body, "an object with a string 'stream'")
+    if not isinstance(request.get("stream"), str):
         raise InvalidArgument(f"{kind} needs a JSON body, an object with a string 'stream'")
     return request
 

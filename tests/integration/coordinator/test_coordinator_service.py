@@ -216,3 +216,27 @@ async def test_a_huge_action_is_answered_at_once_with_a_bounded_message() -> Non
             await in_thread(act, "release", b"\x01" * 4_000_000)
         with pytest.raises(pa.ArrowKeyError, match=r"no query 0{32} is held here"):
             await in_thread(act, "release", bytes(16))
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "it nests too deep"),
+        (b"[]", "an object with 'ticket'"),
+        (b"null", "an object with 'ticket'"),
+        (b'{"ticket": "00", "failed": 5}', "an object with 'ticket'"),
+        (b'{"failed": "grpc://w:1"}', "an object with 'ticket'"),
+        (b'{"ticket": "zz", "failed": "grpc://w:1"}', "'ticket' is not hex"),
+    ],
+)
+async def test_a_malformed_relocate_says_what_it_needs(body: bytes, says: str) -> None:
+    """Not Python's exception text ("'NoneType' object is not subscriptable"), nor INTERNAL
+    with a traceback in the log for JSON nested deeper than the decoder recurses."""
+    async with service() as cluster:
+
+        def relocate() -> list[fl.Result]:
+            with fl.connect(cluster.location) as client:
+                return list(client.do_action(fl.Action("relocate", body)))
+
+        with pytest.raises(pa.ArrowInvalid, match=f"relocate needs a JSON body, .*{says}|{says}"):
+            await in_thread(relocate)

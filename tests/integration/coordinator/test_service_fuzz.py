@@ -78,11 +78,16 @@ json_values = st.recursive(
 
 @st.composite
 def action_bodies(draw: st.DrawFn, stream: str) -> bytes:
-    """JSON of any shape, often with a real stream's id and the fields the actions read, or
-    bytes that are no JSON at all."""
-    choice = draw(st.integers(0, 3))
+    """JSON of any shape, often with a real stream's id and the fields the actions read, JSON
+    nested deeper than Python's decoder recurses (it was INTERNAL, "RecursionError"), or bytes
+    that are no JSON at all."""
+    choice = draw(st.integers(0, 4))
     if choice == 0:
         return draw(st.binary(max_size=48))
+    if choice == 4:
+        depth = draw(st.integers(1_000, 50_000))
+        opening, closing = draw(st.sampled_from([(b"[", b"]"), (b'{"stream":', b"}")]))
+        return opening * depth + b"1" + closing * depth
     if choice == 1:
         return json.dumps(draw(json_values)).encode()
     fields: dict[str, Any] = {"stream": stream if choice == 2 else draw(json_values)}
