@@ -96,6 +96,8 @@ def _decode(data: bytes | memoryview | pa.Buffer | None, what: str) -> dict[str,
         value = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise InvalidArgument(f"shared-memory read: {what} is not JSON") from None
+    except RecursionError:  # (json's decoder, on arrays or objects nested thousands deep)
+        raise InvalidArgument(f"shared-memory read: {what} nests too deep") from None
     if not isinstance(value, dict):
         raise InvalidArgument(f"shared-memory read: {what} is not an object")
     return value

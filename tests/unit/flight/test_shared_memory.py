@@ -137,6 +137,7 @@ NONCE_HEX = b"00" * NONCE_BYTES
         (lambda d: Freed.decode(d, 8), b'{"freed":[8]}', "0..7"),
         (lambda d: Freed.decode(d, 8), b'{"freed":"0"}', "0..7"),
         (Offer.decode, b" " * (64 * 1024 + 1), "too large"),
+        (Request.decode, b"[" * 30_000 + b"]" * 30_000, "nests too deep"),  # (was RecursionError)
     ],
 )
 def test_a_malformed_control_message_is_refused_by_name(
