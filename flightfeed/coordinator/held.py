@@ -8,7 +8,9 @@ the same rows. The query is released once every endpoint was read to its end and
 for `grace` seconds (readers may read again: Spark samples a scan before sorting it; meanwhile
 it no longer takes an admission slot), when it sat unread for `ttl`, on `release()`, or when
 its coordinator is closed (which waits a few seconds for that); releasing half-closes every
-task's channel, so each worker reports its metrics and drops the task.
+task's channel, so each worker reports its metrics and drops the task. Those times run only
+while nobody reads: a worker tells the coordinator how many of a task's partitions are being
+read, and a read of a slow feed may take far longer than `ttl`.
 
 A task whose worker is lost runs again on another worker, as a new attempt, its feed
 partitions replayed (the coordinator's `_held_task`): it is independent of the others (a held
@@ -87,6 +89,9 @@ class HeldQuery:
         for one of their partitions before they run again."""
         self._asked: set[int] = set()
         self._changed = Signal()
+        self._reading: dict[int, int] = {}
+        """Task number → partitions of its current attempt being read now (never released
+        meanwhile: a slow feed may take longer than `ttl` to read)."""
         runtime.on_read = self._note_read
 
     @property
@@ -155,6 +160,8 @@ class HeldQuery:
     def moved(self, old: TaskRun, new: TaskRun) -> None:
         """`old`'s worker was lost: `new` runs the task now (waiters on `old` move on)."""
         self.runtime.add(new)
+        self._reading.pop(old.task.task_number, None)  # (its readers were cut off)
+        self._progress.set()
         old.ready.set()  # (it never will be: whoever waits on it looks again)
         self._moved.set()
         self._moved = anyio.Event()
@@ -178,8 +185,10 @@ class HeldQuery:
         await self.ready(task_number)
         return self.endpoint(task_number, partition)
 
-    def _note_read(self, run: TaskRun, partitions: Sequence[int]) -> None:
+    def _note_read(self, run: TaskRun, partitions: Sequence[int], reading: int) -> None:
         self._unread.difference_update((run.task.task_number, p) for p in partitions)
+        if self.runtime.tasks.get((run.stage.stage_id, run.task.task_number)) is run:
+            self._reading[run.task.task_number] = reading
         self._read_at = anyio.current_time()
         self._progress.set()
         if not self._unread:
@@ -189,6 +198,9 @@ class HeldQuery:
         """Until the query should be released; then half-close every task's channel."""
         while not self._released.is_set():
             self._progress = anyio.Event()
+            if any(self._reading.values()):  # a reader reads it: its time starts once it ends
+                await self._progress.wait()
+                continue
             deadline = self._read_at + (self.ttl if self._unread else self.grace)
             if anyio.current_time() >= deadline:
                 break

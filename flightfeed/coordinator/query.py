@@ -121,7 +121,7 @@ class QueryRuntime:
         *,
         headers: Mapping[str, str] | None = None,
         replayable: bool = False,
-        on_read: Callable[[TaskRun, Sequence[int]], None] | None = None,
+        on_read: Callable[[TaskRun, Sequence[int], int], None] | None = None,
         attempt: int = 0,
     ) -> None:
         self.query_id = query_id
@@ -135,7 +135,8 @@ class QueryRuntime:
         self.replayable = replayable
         """The tasks serve their partitions as often as asked, until released (held queries)."""
         self.on_read = on_read
-        """Told of each replayable task's partitions read to their end."""
+        """Told of each replayable task's partitions read to their end, and how many of its
+        partitions are being read, as they change."""
         self.start_ns = time.time_ns()
         self.metrics = metrics
         self.headers = dict(headers or {})

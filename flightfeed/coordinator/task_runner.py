@@ -9,7 +9,7 @@ once, whatever it was doing. The channel is a WorkerChannel's: gRPC or in-proces
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Final
@@ -27,7 +27,15 @@ from ..feeds import (
 )
 from ..plan.base import TaskContext
 from ..plan.functions import PlanSession
-from ..protocol import SetPlanRequest, TaskChannel, TaskId, TaskMetrics, WorkUnitBatch, from_detail
+from ..protocol import (
+    PartitionsRead,
+    SetPlanRequest,
+    TaskChannel,
+    TaskId,
+    TaskMetrics,
+    WorkUnitBatch,
+    from_detail,
+)
 from ..protocol.channel_wire import EncodedTaskMetrics
 from .metrics import ReportedMetrics
 from .query import QueryRuntime, TaskRun
@@ -139,16 +147,16 @@ async def _run(
             raise
 
 
-def _reads(runtime: QueryRuntime, run: TaskRun, partitions: Sequence[int]) -> None:
+def _reads(runtime: QueryRuntime, run: TaskRun, read: PartitionsRead) -> None:
     if runtime.on_read is None:
         raise FlightfeedError("protocol violation: partitions read of a task that is not held")
-    runtime.on_read(run, partitions)
+    runtime.on_read(run, read.partitions, read.reading)
 
 
 async def _serve(
     channel: TaskChannel,
     dispatcher: FeedDispatcher | None,
-    on_read: Callable[[Sequence[int]], None],
+    on_read: Callable[[PartitionsRead], None],
 ) -> ReportedMetrics:
     """Dispatch units and apply grants until the task's metrics arrive."""
     metrics: ReportedMetrics | None = None
@@ -188,14 +196,14 @@ async def _serve(
 async def _await_metrics(
     channel: TaskChannel,
     dispatcher: FeedDispatcher | None,
-    on_read: Callable[[Sequence[int]], None],
+    on_read: Callable[[PartitionsRead], None],
 ) -> ReportedMetrics:
     async for message in channel.messages():
         if isinstance(message, EncodedTaskMetrics):
             return message  # parsed when someone reads them (coordinator/metrics.py)
         kind, value = betterproto2.which_one_of(message, "inner")
         if kind == "partitions_read":
-            on_read(message.partitions_read.partitions if message.partitions_read else [])
+            on_read(value)
         elif kind == "feed_credits":
             if dispatcher is None:
                 raise FeedError("protocol violation: feed credits for a task without feeds")

@@ -40,6 +40,7 @@ from ..protowire import (
 
 _NAME: Final = "WorkerToCoordinatorMsg"
 _U64: Final = (1 << 64) - 1
+_U32: Final = (1 << 32) - 1
 _TASK_METRICS: Final = 0x0A  # WorkerToCoordinatorMsg.task_metrics: field 1, length-delimited
 _FEED_CREDITS: Final = 0x12  # WorkerToCoordinatorMsg.feed_credits: field 2, length-delimited
 _PARTITIONS_READ: Final = 0x22  # WorkerToCoordinatorMsg.partitions_read: field 4
@@ -57,7 +58,7 @@ _CREDIT_FIELDS: Final = {
     3: ("credits", "uint64"),
     4: ("finished", "bool"),
 }
-_READ_FIELDS: Final = {1: ("partitions", "uint64")}
+_READ_FIELDS: Final = {1: ("partitions", "uint64"), 2: ("reading", "uint32")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +121,13 @@ def _encode_credits(message: FeedCredits) -> bytes:
 
 
 def _encode_reads(message: PartitionsRead) -> bytes:
-    if not message.partitions:
-        return b""
-    packed = b"".join(_varint(partition) for partition in message.partitions)
-    return _len_field(0x0A, packed)
+    out = b""
+    if message.partitions:
+        packed = b"".join(_varint(partition) for partition in message.partitions)
+        out = _len_field(0x0A, packed)
+    if message.reading:
+        out += b"\x10" + _varint(message.reading)
+    return out
 
 
 def _len_field(tag: int, payload: bytes) -> bytes:
@@ -229,9 +233,13 @@ def _decode_credit(buf: memoryview, pos: int, end: int) -> PartitionCredit:
 
 def _decode_reads(buf: memoryview, pos: int, end: int) -> PartitionsRead:
     partitions: list[int] = []
+    reading = 0
     while pos < end:
         key, pos = _read_varint(buf, pos)
-        if key == 0x08:  # one partition
+        if key == 0x10:
+            reading, pos = _read_varint(buf, pos)
+            reading &= _U32
+        elif key == 0x08:  # one partition
             value, pos = _read_varint(buf, pos)
             partitions.append(value & _U64)
         elif key == 0x0A:  # packed partitions
@@ -247,8 +255,8 @@ def _decode_reads(buf: memoryview, pos: int, end: int) -> PartitionsRead:
         else:
             pos = _other_field(buf, pos, key, end, "partitions_read", _READ_FIELDS)
         if pos > end:
-            raise InvalidArgument("truncated field 1 of partitions_read")
-    return PartitionsRead(partitions=partitions)
+            raise InvalidArgument(f"truncated field {key >> 3} of partitions_read")
+    return PartitionsRead(partitions=partitions, reading=reading)
 
 
 def _other_field(

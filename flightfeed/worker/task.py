@@ -146,6 +146,8 @@ class Task:
             )
         self._claimed.update(range(start, end))
         self.last_activity = time.monotonic()
+        if self.replayable:
+            self.reads_changed.set()  # (`reading` changed)
         return self.outputs, range(start, end)
 
     def release(self, partitions: range, *, read_to_end: bool = False) -> None:
@@ -156,7 +158,7 @@ class Task:
             if read_to_end:
                 self.reads_done.update(partitions)
                 self._read_once.update(partitions)
-                self.reads_changed.set()
+            self.reads_changed.set()  # (`reading` changed)
             return
         self._finished_outputs.update(partitions)
         if self.outputs is not None and len(self._finished_outputs) >= self.outputs.partitions:
@@ -176,6 +178,11 @@ class Task:
         self._finished_outputs.update(set(range(self.outputs.partitions)) - self._claimed)
         if len(self._finished_outputs) >= self.outputs.partitions:
             self.done.set()
+
+    @property
+    def reading(self) -> int:
+        """Replayable: how many partitions are being read now."""
+        return len(self._claimed)
 
     def take_reads(self) -> list[int]:
         """Replayable: the partitions read to their end since the last call."""

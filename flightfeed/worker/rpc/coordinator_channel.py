@@ -260,12 +260,16 @@ async def _control_messages(
 
 
 async def _forward_reads(send: Send, task: Task) -> None:
-    """A replayable task's partitions read to their end, told to the coordinator as they are."""
+    """A replayable task's partitions read to their end, and how many are being read, told to
+    the coordinator as they change (a held query is not released while it is read)."""
+    told_reading = 0
     while True:
         await task.reads_changed.wait()
-        reads = task.take_reads()
-        if reads:
-            await send(WorkerToCoordinatorMsg(partitions_read=PartitionsRead(partitions=reads)))
+        reads, reading = task.take_reads(), task.reading
+        if reads or reading != told_reading:
+            told_reading = reading
+            read = PartitionsRead(partitions=reads, reading=reading)
+            await send(WorkerToCoordinatorMsg(partitions_read=read))
 
 
 async def _forward_credits(send: Send, inbox: FeedInbox) -> None:

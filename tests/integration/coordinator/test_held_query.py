@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.from_thread
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
@@ -17,6 +18,7 @@ from flightfeed.plan import Filter, call, col, lit
 from flightfeed.protocol import MetricsSet
 from flightfeed.testing import start_cluster, start_workers, wait_for_no_tasks
 from flightfeed.testing.feeds import (
+    LiveProvider,
     UnitProvider,
     unit_coordinator_options,
     unit_scan,
@@ -123,6 +125,44 @@ async def test_an_unread_query_is_released_after_its_ttl() -> None:
             await wait_for_no_tasks(workers)
         assert held.released
         assert held.runtime.metrics.status == "finished"
+
+
+async def test_a_query_being_read_outlives_its_ttl_until_the_read_ends() -> None:
+    """A reader of a slow feed (an API paging for minutes) was cut off once the query had gone
+    `ttl` seconds without a partition read to its end: "work-unit feed channel failed: task
+    ... ended". The worker now tells the coordinator how many partitions are being read."""
+    provider = LiveProvider(1)
+    provider.push(0, b"first")
+    first_batch = anyio.Event()
+
+    def read_slowly(endpoint: Endpoint) -> pa.Table:
+        with fl.connect(endpoint.location) as client:
+            reader = client.do_get(fl.Ticket(endpoint.ticket))
+            batches = [reader.read_chunk().data]
+            anyio.from_thread.run_sync(first_batch.set)
+            batches.extend(chunk.data for chunk in reader)
+        return pa.Table.from_batches(batches)
+
+    async with cluster(tasks=1) as (coordinator, workers):
+        held = await coordinator.hold(unit_scan(provider), ttl=0.2, grace=0.01)
+        (endpoint,) = held.endpoints
+        read_back: list[pa.Table] = []
+
+        async def reader() -> None:
+            read_back.append(await anyio.to_thread.run_sync(read_slowly, endpoint))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            with anyio.fail_after(10):
+                await first_batch.wait()
+            await anyio.sleep(1.0)  # five TTLs with a read open and nothing read to its end
+            assert not held.released
+            provider.push(0, b"second")
+            provider.end(0)
+        assert bodies(read_back[0]) == [b"first", b"second"]
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(workers)  # read to its end: released after its grace
+        assert held.released
 
 
 async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:

@@ -40,7 +40,11 @@ frequent = st.builds(
     WorkerToCoordinatorMsg, feed_credits=st.builds(FeedCredits, credits=st.lists(credit))
 ) | st.builds(
     WorkerToCoordinatorMsg,
-    partitions_read=st.builds(PartitionsRead, partitions=st.lists(u64 | st.integers(0, 300))),
+    partitions_read=st.builds(
+        PartitionsRead,
+        partitions=st.lists(u64 | st.integers(0, 300)),
+        reading=st.integers(0, 2**32 - 1) | st.integers(0, 4),
+    ),
 )
 
 
@@ -94,6 +98,8 @@ def test_damaged_bytes_decode_exactly_as_the_generic_strict_parse_does(
 @example(b"\x12", b"\x04\x0a\x02\x10\x01")  # a well-formed credit
 @example(b"\x22", b"\x03\x0a\x01\x07")  # packed partitions
 @example(b"\x22", b"\x02\x08\x07")  # one unpacked partition
+@example(b"\x22", b"\x05\x10" + b"\xff" * 4 + b"\x1f")  # reading: past uint32
+@example(b"\x22", b"\x03\x10\x80\x01")  # reading: 128
 def test_any_bytes_after_a_frequent_tag_decode_as_the_generic_parse_does(
     tag: bytes, rest: bytes
 ) -> None:
@@ -113,6 +119,7 @@ def test_any_bytes_after_a_frequent_tag_decode_as_the_generic_parse_does(
         (b"\x12\x04\x0a\x02\x00\x00", "field number 0"),
         (b"\x22\x02\x0a\x05", "truncated"),
         (b"\x22\x05\x0d\x00\x00\x00\x00", "partitions_read.partitions should be uint64"),
+        (b"\x22\x02\x12\x00", "partitions_read.reading should be uint32"),
         (b"\x22\x0c\x08" + b"\xff" * 10 + b"\x01", "longer than 10 bytes"),
     ],
     ids=[
@@ -123,6 +130,7 @@ def test_any_bytes_after_a_frequent_tag_decode_as_the_generic_parse_does(
         "field-zero",
         "packed-past-the-end",
         "fixed32-for-uint64",
+        "length-for-uint32",
         "eleven-byte-varint",
     ],
 )

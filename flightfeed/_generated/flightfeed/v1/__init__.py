@@ -1315,6 +1315,12 @@ class PartitionsRead(betterproto2.Message):
 
     partitions: "list[int]" = betterproto2.field(1, betterproto2.TYPE_UINT64, repeated=True)
 
+    reading: "int" = betterproto2.field(2, betterproto2.TYPE_UINT32)
+    """
+    How many of the task's partitions are being read now, sent with every change: a held query
+    is not released while a reader reads it, however long the read takes.
+    """
+
 
 default_message_pool.register_message("flightfeed.v1", "PartitionsRead", PartitionsRead)
 
