@@ -58,6 +58,7 @@ from ..flight import (
     schema_to_ipc,
 )
 from ..plan import ExecutionPlan
+from ..protocol import task_id
 from ..protocol.tickets import parse_ticket
 from .catalog import Catalog
 from .coordinator import Coordinator
@@ -260,15 +261,17 @@ class CoordinatorService(FlightHandler):
         except ValueError as exc:
             raise InvalidArgument(f"relocate's 'ticket' is not hex: {exc}") from None
         task = parse_ticket(ticket)
-        assert task.task_key is not None  # (parse_ticket checked)
-        query_id = bytes(task.task_key.query_id)
+        query_id = task_id(task.task_key).query_id  # (checked: a ticket off the network)
         held = self._held.get(query_id)
-        if held is None or held.released:  # (its tasks are gone: no place to send a reader)
+        if held is None:
+            raise NotFound(f"no query {query_id.hex()} is held here (released already?)")
+        if held.released:  # (its tasks are gone: no place to send a reader)
             raise NotFound(
                 f"query {query_id.hex()} is not held here: it was released (read to its end"
                 f" and not read again for {self.grace:g} s, not read for {self.ttl:g} s, or"
                 " released by a reader): run it again"
             )
+        assert task.task_key is not None  # (task_id checked)
         number, partition = task.task_key.task_number, task.target_partition_start
         endpoint = held.endpoint(number, partition)
         with anyio.move_on_after(RELOCATE_WAIT):

@@ -227,6 +227,7 @@ async def test_a_huge_action_is_answered_at_once_with_a_bounded_message() -> Non
         (b'{"ticket": "00", "failed": 5}', "an object with 'ticket'"),
         (b'{"failed": "grpc://w:1"}', "an object with 'ticket'"),
         (b'{"ticket": "zz", "failed": "grpc://w:1"}', "'ticket' is not hex"),
+        (b'{"ticket": "0a00", "failed": "grpc://w:1"}', "task_key.query_id is empty"),
     ],
 )
 async def test_a_malformed_relocate_says_what_it_needs(body: bytes, says: str) -> None:
