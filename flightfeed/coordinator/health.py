@@ -135,6 +135,16 @@ class WorkerHealth:
             await self.channels.forget(url)
         return known | found
 
+    async def serving(self, url: str) -> bool:
+        """Whether the worker answers GetWorkerInfo (within the probe timeout), and is not
+        shutting down: a worker a reader could not reach, seen from here."""
+        try:
+            with anyio.fail_after(self.probe_timeout):
+                info = await (await self.channels.channel(url)).worker_info()
+        except (FlightfeedError, OSError, TimeoutError):
+            return False
+        return not info.draining
+
     async def failed(self, error: BaseException) -> None:
         """A query failed: if its worker is gone (the connection lost, or silent), leave the
         worker out of new queries for a while and drop its channel; if it is shutting down,

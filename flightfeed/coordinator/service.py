@@ -43,7 +43,7 @@ from typing import Any, Final
 import anyio
 import pyarrow as pa
 
-from ..errors import InvalidArgument, NotFound
+from ..errors import InvalidArgument, NotFound, Unavailable
 from ..flight import (
     Action,
     ActionType,
@@ -274,6 +274,14 @@ class CoordinatorService(FlightHandler):
         assert task.task_key is not None  # (task_id checked)
         number, partition = task.task_key.task_number, task.target_partition_start
         endpoint = held.endpoint(number, partition)
+        if endpoint.location == failed and await self.coordinator.health.serving(failed):
+            # Nothing will move: waiting would only delay the reader's failure.
+            raise Unavailable(
+                f"the worker at {failed} serves this query's task {number} and answers this"
+                " coordinator, but the reader could not reach it there: can readers reach the"
+                " address the workers advertise (a worker's --advertise URL, a coordinator's"
+                " --advertise-host for its local workers)?"
+            )
         with anyio.move_on_after(RELOCATE_WAIT):
             endpoint = await held.relocate(number, partition, failed)
         return {"location": endpoint.location, "ticket": endpoint.ticket.hex()}

@@ -241,3 +241,33 @@ async def test_a_malformed_relocate_says_what_it_needs(body: bytes, says: str) -
 
         with pytest.raises(pa.ArrowInvalid, match=f"relocate needs a JSON body, .*{says}|{says}"):
             await in_thread(relocate)
+
+
+async def test_relocate_away_from_a_worker_that_serves_says_so_at_once() -> None:
+    """A reader that cannot reach a worker the coordinator reaches (an address readers cannot
+    reach, advertised) waited 30 s for a move that never came, then failed as it would have at
+    once: for every Spark task attempt."""
+    async with service() as cluster:
+
+        def flight_info() -> fl.FlightInfo:
+            with fl.connect(cluster.location) as client:
+                command = table_command("units", [2, 5])
+                return client.get_flight_info(fl.FlightDescriptor.for_command(command))
+
+        endpoint = (await in_thread(flight_info)).endpoints[0]
+        body = json.dumps(
+            {"ticket": endpoint.ticket.ticket.hex(), "failed": endpoint.locations[0].uri.decode()}
+        ).encode()
+
+        def relocate() -> list[fl.Result]:
+            with fl.connect(cluster.location) as client:
+                return list(client.do_action(fl.Action("relocate", body)))
+
+        with (
+            anyio.fail_after(10),
+            pytest.raises(
+                fl.FlightUnavailableError,
+                match="answers this coordinator, but the reader could not",
+            ),
+        ):
+            await in_thread(relocate)
