@@ -280,7 +280,8 @@ class CoordinatorService(FlightHandler):
                 f"the worker at {failed} serves this query's task {number} and answers this"
                 " coordinator, but the reader could not reach it there: can readers reach the"
                 " address the workers advertise (a worker's --advertise URL, a coordinator's"
-                " --advertise-host for its local workers)?"
+                " --advertise-host for its local workers), and is the worker at its"
+                " --max-connections?"
             )
         with anyio.move_on_after(RELOCATE_WAIT):
             endpoint = await held.relocate(number, partition, failed)
