@@ -63,6 +63,18 @@ def read_query(location: str, command: bytes) -> tuple[fl.FlightInfo, pa.Table]:
     return info, pa.concat_tables(parts)
 
 
+def act(location: str, kind: str, body: bytes) -> list[fl.Result]:
+    """DoAction `kind` of the coordinator at `location` (from a thread: it blocks)."""
+    with fl.connect(location) as client:
+        return list(client.do_action(fl.Action(kind, body)))
+
+
+def relocate_body(endpoint: fl.FlightEndpoint) -> bytes:
+    """What a reader that could not reach `endpoint` asks the coordinator."""
+    ticket, failed = endpoint.ticket.ticket.hex(), endpoint.locations[0].uri.decode()
+    return json.dumps({"ticket": ticket, "failed": failed}).encode()
+
+
 async def test_a_query_is_read_in_parallel_from_the_workers_then_released() -> None:
     async with service() as cluster:
         info, table = await in_thread(read_query, cluster.location, table_command("units", [4, 25]))
@@ -187,17 +199,9 @@ async def test_relocate_of_a_released_query_says_it_was_released() -> None:
         info, _ = await in_thread(read_query, cluster.location, table_command("units", [2, 5]))
         with anyio.fail_after(10):
             await wait_for_no_tasks(cluster.workers)  # read to its end: released
-        endpoint = info.endpoints[0]
-        body = json.dumps(
-            {"ticket": endpoint.ticket.ticket.hex(), "failed": endpoint.locations[0].uri.decode()}
-        ).encode()
-
-        def relocate() -> list[fl.Result]:
-            with fl.connect(cluster.location) as client:
-                return list(client.do_action(fl.Action("relocate", body)))
-
+        body = relocate_body(info.endpoints[0])
         with pytest.raises(pa.ArrowKeyError, match=r"is not held here: it was released .*run it"):
-            await in_thread(relocate)
+            await in_thread(act, cluster.location, "relocate", body)
 
 
 async def test_a_huge_action_is_answered_at_once_with_a_bounded_message() -> None:
@@ -205,17 +209,13 @@ async def test_a_huge_action_is_answered_at_once_with_a_bounded_message() -> Non
     the coordinator's event loop for 20 s (the loop guard fails this test on such a stall), and
     pyarrow's client refused the reply's headers (over 16 KiB)."""
     async with service() as cluster:
-
-        def act(kind: str, body: bytes) -> list[fl.Result]:
-            with fl.connect(cluster.location) as client:
-                return list(client.do_action(fl.Action(kind, body)))
-
+        where = cluster.location
         with pytest.raises(pa.ArrowInvalid, match=r"unknown action 'xxxx.*bytes more, cut\)$"):
-            await in_thread(act, "x" * 1_000_000, b"")
+            await in_thread(act, where, "x" * 1_000_000, b"")
         with pytest.raises(pa.ArrowInvalid, match=r"release needs a query id.*got 4000000 bytes"):
-            await in_thread(act, "release", b"\x01" * 4_000_000)
+            await in_thread(act, where, "release", b"\x01" * 4_000_000)
         with pytest.raises(pa.ArrowKeyError, match=r"no query 0{32} is held here"):
-            await in_thread(act, "release", bytes(16))
+            await in_thread(act, where, "release", bytes(16))
 
 
 @pytest.mark.parametrize(
@@ -234,13 +234,8 @@ async def test_a_malformed_relocate_says_what_it_needs(body: bytes, says: str) -
     """Not Python's exception text ("'NoneType' object is not subscriptable"), nor INTERNAL
     with a traceback in the log for JSON nested deeper than the decoder recurses."""
     async with service() as cluster:
-
-        def relocate() -> list[fl.Result]:
-            with fl.connect(cluster.location) as client:
-                return list(client.do_action(fl.Action("relocate", body)))
-
         with pytest.raises(pa.ArrowInvalid, match=f"relocate needs a JSON body, .*{says}|{says}"):
-            await in_thread(relocate)
+            await in_thread(act, cluster.location, "relocate", body)
 
 
 async def test_relocate_away_from_a_worker_that_serves_says_so_at_once() -> None:
@@ -254,15 +249,7 @@ async def test_relocate_away_from_a_worker_that_serves_says_so_at_once() -> None
                 command = table_command("units", [2, 5])
                 return client.get_flight_info(fl.FlightDescriptor.for_command(command))
 
-        endpoint = (await in_thread(flight_info)).endpoints[0]
-        body = json.dumps(
-            {"ticket": endpoint.ticket.ticket.hex(), "failed": endpoint.locations[0].uri.decode()}
-        ).encode()
-
-        def relocate() -> list[fl.Result]:
-            with fl.connect(cluster.location) as client:
-                return list(client.do_action(fl.Action("relocate", body)))
-
+        body = relocate_body((await in_thread(flight_info)).endpoints[0])
         with (
             anyio.fail_after(10),
             pytest.raises(
@@ -270,4 +257,4 @@ async def test_relocate_away_from_a_worker_that_serves_says_so_at_once() -> None
                 match="answers this coordinator, but the reader could not",
             ),
         ):
-            await in_thread(relocate)
+            await in_thread(act, cluster.location, "relocate", body)
