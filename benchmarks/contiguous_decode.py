@@ -43,6 +43,7 @@ from flightfeed._generated.remote_engine import (
 )
 from flightfeed.flight.grpc import parse_message
 from flightfeed.tables.contiguous import decode_contiguous_rows
+from flightfeed.tables.decode_budget import DecodeBudget
 from flightfeed.tables.options import TableOptions
 from flightfeed.tables.schema import TableSchema
 from flightfeed.tables.store import TableName, TableStore, conform_rows
@@ -92,7 +93,7 @@ def decode(groups: list[ContiguousRows]) -> tuple[float, list[pa.Table]]:
     began = time.perf_counter()
     tables = [
         conform_rows(
-            TABLE_SCHEMA, decode_contiguous_rows(g, TABLE_SCHEMA, max_decoded_bytes=1 << 34)
+            TABLE_SCHEMA, decode_contiguous_rows(g, TABLE_SCHEMA, budget=DecodeBudget(1 << 34))
         )
         for g in groups
     ]

@@ -65,6 +65,7 @@ from flightfeed.flight.grpc import GrpcChannel, RawBytes
 from flightfeed.flight.internals import raw_stream
 from flightfeed.flight.wire import recv_raw_view
 from flightfeed.protowire import decode_varint
+from flightfeed.tables.decode_budget import DecodeBudget
 from flightfeed.tables.options import TableOptions
 from flightfeed.tables.payload import decode_payload
 from flightfeed.tables.schema import TableSchema
@@ -118,7 +119,7 @@ def response_batches(data: bytes | memoryview) -> list[pa.RecordBatch]:
                     record_batches=[bytes(e) for e in elements],
                     compression=ArrowPayloadCompression.ZSTD,
                 )
-                batches.extend(decode_payload(payload, max_decoded_bytes=MAX_DECODED))
+                batches.extend(decode_payload(payload, budget=DecodeBudget(MAX_DECODED)))
             else:
                 for element in elements:
                     batches.extend(pa.ipc.open_stream(pa.py_buffer(element)))
@@ -170,7 +171,7 @@ async def flightfeed_read(
                 if header is not None and header.code != 0:
                     raise RuntimeError(f"Read failed: {header.code} {header.error}")
                 if response.arrow is not None:
-                    batches = decode_payload(response.arrow, max_decoded_bytes=MAX_DECODED)
+                    batches = decode_payload(response.arrow, budget=DecodeBudget(MAX_DECODED))
                     rows += sum(batch.num_rows for batch in batches)
         else:
             path = SERVICE + "Read"

@@ -31,7 +31,8 @@ import pyarrow as pa
 
 from .._generated.remote_engine import ContiguousRows
 from .._generated.schema import DataType
-from ..errors import InvalidArgument, ResourceExhausted
+from ..errors import InvalidArgument
+from .decode_budget import DecodeBudget
 from .schema import Column, TableSchema
 
 
@@ -99,7 +100,7 @@ def decode_contiguous_rows(
     rows: ContiguousRows,
     schema: TableSchema,
     *,
-    max_decoded_bytes: int,
+    budget: DecodeBudget,
     chunk_rows: int = CHUNK_ROWS,
 ) -> pa.Table:
     """`rows` as a table of the table's columns (strings and binaries as large types), decoded
@@ -112,12 +113,8 @@ def decode_contiguous_rows(
     # offset) in every row, and every byte of the rows again (the strings' bytes).
     per_row = sum(LAYOUTS[c.type.data_type].width + 8 for c in columns)
     decoded = len(encoded) * per_row + int(lengths.sum())
-    if decoded > max_decoded_bytes:
-        raise ResourceExhausted(
-            f"contiguous rows: {len(encoded)} rows of {len(columns)} columns may decode to"
-            f" {decoded} bytes, over the worker's limit of {max_decoded_bytes}: send fewer"
-            " rows per request"
-        )
+    what = f"contiguous rows: {len(encoded)} rows of {len(columns)} columns"
+    budget.spend(decoded, what, ": send fewer rows per write")
     batches = [
         _Decoder(
             encoded[first : first + chunk_rows], lengths[first : first + chunk_rows], columns, first

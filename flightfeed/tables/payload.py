@@ -2,14 +2,16 @@
 the whole element zstd-compressed when the payload says ZSTD.
 
 Reading checks everything before memory is spent: a zstd frame must declare its content size
-(one-shot frames do), and that size, like the IPC stream's own declared body sizes, must be
-within the caller's limit; then every batch is fully validated. Writing compresses only when
+(one-shot frames do), and that size, like the IPC stream's own declared body sizes, is spent
+from the write's budget (decode_budget.py: one for all the elements of all the requests of a
+call); then every batch is fully validated. Writing compresses only when
 it pays (`Compressor`): HoraeDB compresses everything from 80 KiB up, so random doubles cost
 CPU on both ends and save nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -17,9 +19,10 @@ from typing import Final, Literal
 import pyarrow as pa
 
 from .._generated.storage import ArrowPayload, ArrowPayloadCompression
-from ..errors import InvalidArgument, ResourceExhausted
+from ..errors import InvalidArgument
 from ..flight.ipc import Buffer, WriteOnlyFile
-from ..plan.arrow_ipc import read_ipc_stream
+from ..plan.arrow_ipc import decoded_stream_bytes, read_ipc_stream
+from .decode_budget import DecodeBudget
 
 _ZSTD_MAGIC: Final = 0xFD2FB528
 _CODEC: Final = pa.Codec("zstd", compression_level=1)
@@ -120,20 +123,35 @@ def encode_payload(batches: Sequence[pa.RecordBatch], compressor: Compressor) ->
     return ArrowPayload(record_batches=[r.to_pybytes() for r in raw])
 
 
-def decode_payload(payload: ArrowPayload, *, max_decoded_bytes: int) -> list[pa.RecordBatch]:
-    """The batches of a payload from the network, each element at most `max_decoded_bytes`
-    once decompressed and decoded."""
+def decode_payload(payload: ArrowPayload, *, budget: DecodeBudget) -> list[pa.RecordBatch]:
+    """The batches of a payload from the network, every element's decompressed and decoded
+    size spent from `budget` before the memory is taken."""
     zstd = payload.compression == ArrowPayloadCompression.ZSTD
     if not zstd and payload.compression != ArrowPayloadCompression.NONE:
         raise InvalidArgument(f"unknown ArrowPayload compression {payload.compression!r}")
     batches: list[pa.RecordBatch] = []
     for i, element in enumerate(payload.record_batches):
-        data = _decompress(element, max_decoded_bytes, i) if zstd else element
-        _, found = read_ipc_stream(
-            data, f"ArrowPayload element {i}", max_decoded_bytes=max_decoded_bytes
-        )
+        what = f"ArrowPayload element {i}"
+        data = _decompress(element, budget, what) if zstd else element
+        # An element counts what its batches take, or what it decompressed to if more (the
+        # batches are views of it, but for buffers the IPC stream compresses itself).
+        spent = len(data) if zstd else 0
+        budget.spend(max(0, decoded_stream_bytes(data, what) - spent), what)
+        _, found = read_ipc_stream(data, what, max_decoded_bytes=None)
         batches.extend(found)
     return batches
+
+
+def declared_bytes(payload: ArrowPayload) -> int:
+    """What a payload's zstd elements declare they decompress to, together (an element that
+    declares nothing, or is no zstd frame, counts 0 here: decoding refuses it, naming it)."""
+    if payload.compression != ArrowPayloadCompression.ZSTD:
+        return 0
+    total = 0
+    for element in payload.record_batches:
+        with contextlib.suppress(InvalidArgument):
+            total += zstd_content_size(element) or 0
+    return total
 
 
 def zstd_content_size(frame: bytes) -> int | None:
@@ -152,25 +170,21 @@ def zstd_content_size(frame: bytes) -> int | None:
     return value + 256 if width == 2 else value
 
 
-def _decompress(element: bytes, limit: int, index: int) -> pa.Buffer:
+def _decompress(element: bytes, budget: DecodeBudget, what: str) -> pa.Buffer:
     size = zstd_content_size(element)
     if size is None:
-        raise InvalidArgument(
-            f"ArrowPayload element {index}: the zstd frame does not declare its size"
-        )
-    if size > limit:
-        raise ResourceExhausted(
-            f"ArrowPayload element {index} decompresses to {size} bytes, over the limit of {limit}"
-        )
+        raise InvalidArgument(f"{what}: the zstd frame does not declare its size")
+    budget.spend(size, what)
     try:
         return _CODEC.decompress(element, decompressed_size=size)
     except (pa.ArrowException, OSError) as exc:
-        raise InvalidArgument(f"ArrowPayload element {index} is not valid zstd: {exc}") from exc
+        raise InvalidArgument(f"{what} is not valid zstd: {exc}") from exc
 
 
 __all__ = [
     "CompressionMode",
     "Compressor",
+    "declared_bytes",
     "decode_payload",
     "encode_payload",
     "ipc_stream",

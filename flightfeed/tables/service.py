@@ -81,7 +81,7 @@ class RemoteEngineService:
         self.max_message_size = max_message_size
         self.compression: CompressionMode = compression
         self.max_decoded_bytes = max_decoded_bytes or 4 * max_message_size
-        """What one payload element of a write may decode to."""
+        """What one Write or WriteBatch may decode to, all its payload elements together."""
         self.plans = plans
 
     async def _read(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:

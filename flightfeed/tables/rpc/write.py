@@ -3,8 +3,8 @@ tables, one transaction per request.
 
 A WriteBatch commits every row of every request in it, or none (HoraeDB stops at the first
 failing table and keeps what it wrote before); the header names the request and table that
-failed. Rows decode and validate on a worker thread, each payload element within the
-worker's decode limit.
+failed. Rows decode and validate on a worker thread, all of a call's within the worker's decode
+limit (decode_budget.py).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import pyarrow as pa
 
 from ..._generated.common import ResponseHeader
 from ..._generated.remote_engine import WriteRequest, WriteResponse
-from ...errors import FlightfeedError, InvalidArgument
+from ...errors import FlightfeedError, InvalidArgument, ResourceExhausted
 from ..contiguous import decode_contiguous_rows
+from ..decode_budget import DecodeBudget
 from ..engine import TableEngine
 from ..headers import OK_HEADER, error_header
-from ..payload import decode_payload
+from ..payload import declared_bytes, decode_payload
 from ..requests import table_name
 from ..schema import TableSchema
 from ..store import TableName, TableWriteError, WriteFailure, write_error
@@ -31,20 +32,18 @@ MAX_REQUESTS_PER_BATCH: Final = 4096
 
 
 def decode_rows(
-    request: WriteRequest, max_decoded_bytes: int, schema: Callable[[], TableSchema]
+    request: WriteRequest, budget: DecodeBudget, schema: Callable[[], TableSchema]
 ) -> pa.Table:
-    """A request's rows as one table. `schema`: the table's, which contiguous rows (what a
-    HoraeDB node sends) are encoded for."""
+    """A request's rows as one table, decoded within `budget` (the call's). `schema`: the
+    table's, which contiguous rows (what a HoraeDB node sends) are encoded for."""
     group = request.row_group
     if group is None:
         raise InvalidArgument("the write has no row group")
     if group.contiguous is not None:
-        return decode_contiguous_rows(
-            group.contiguous, schema(), max_decoded_bytes=max_decoded_bytes
-        )
+        return decode_contiguous_rows(group.contiguous, schema(), budget=budget)
     if group.arrow is None:
         raise InvalidArgument("the row group has no rows")
-    batches = decode_payload(group.arrow, max_decoded_bytes=max_decoded_bytes)
+    batches = decode_payload(group.arrow, budget=budget)
     if not batches:
         raise InvalidArgument("the row group's payload holds no record batch")
     try:
@@ -56,6 +55,15 @@ def decode_rows(
 def _decode_all(
     engine: TableEngine, requests: Sequence[WriteRequest], max_decoded_bytes: int
 ) -> list[tuple[TableName, pa.Table]]:
+    budget = DecodeBudget(max_decoded_bytes)  # (one for the whole call)
+    declared = sum(
+        declared_bytes(r.row_group.arrow) for r in requests if r.row_group and r.row_group.arrow
+    )
+    if declared > budget.limit:  # (before decompressing any of it)
+        raise ResourceExhausted(
+            f"the write's zstd payload elements declare {declared} bytes in all, over the"
+            f" worker's limit of {budget.limit} bytes for one write: send less per write"
+        )
     decoded = []
     for index, request in enumerate(requests):
         try:
@@ -66,7 +74,7 @@ def _decode_all(
             ) from exc
         try:
             schema = partial(_schema, engine, name)
-            decoded.append((name, decode_rows(request, max_decoded_bytes, schema)))
+            decoded.append((name, decode_rows(request, budget, schema)))
         except FlightfeedError as exc:
             raise write_error(index, name, exc, len(requests)) from exc
     return decoded

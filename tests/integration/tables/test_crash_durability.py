@@ -45,6 +45,7 @@ from flightfeed._generated.remote_engine import (
 )
 from flightfeed._generated.schema import ProjectedSchema, Projection
 from flightfeed._generated.storage import ArrowPayload
+from flightfeed.tables.decode_budget import DecodeBudget
 from flightfeed.tables.options import TableOptions
 from flightfeed.tables.payload import decode_payload, ipc_stream
 from flightfeed.tables.schema import TableSchema
@@ -208,7 +209,7 @@ async def read_columns(location: str, table: str, columns: list[str] | None) -> 
             header = response.header
             assert header is None or header.code == 0, f"Read of {table} failed: {header}"
             if response.arrow is not None:
-                batches.extend(decode_payload(response.arrow, max_decoded_bytes=MAX_DECODED))
+                batches.extend(decode_payload(response.arrow, budget=DecodeBudget(MAX_DECODED)))
     finally:
         channel.close()
     schema = STORED if columns is None else pa.schema([STORED.field(c) for c in columns])

@@ -249,9 +249,11 @@ class Client:
 
 
 @asynccontextmanager
-async def serving(seed: SeedProtos, config: WorkerConfig) -> AsyncIterator[tuple[Worker, Client]]:
-    """A worker on port 0 and a client connected to it."""
-    async with Worker(port=0, config=config) as worker:
+async def serving(
+    seed: SeedProtos, config: WorkerConfig, **options: Any
+) -> AsyncIterator[tuple[Worker, Client]]:
+    """A worker on port 0 (`options`: more of its own) and a client connected to it."""
+    async with Worker(port=0, config=config, **options) as worker:
         target = worker.location.removeprefix("grpc://")
         async with grpc.aio.insecure_channel(target) as channel:
             stub = seed.remote_engine_pb2_grpc.RemoteEngineServiceStub(channel)
@@ -347,6 +349,41 @@ async def test_a_zstd_row_group_that_is_not_zstd_is_a_bad_request(
     assert response.header.code == BAD_REQUEST
     assert "not a zstd frame" in response.header.error
     assert await client.read_responses("cpu") == []
+
+
+def declaring(size: int) -> bytes:
+    """A zstd frame header declaring `size` bytes, with no real content behind it (decoding it
+    would fail: the limit must refuse it first)."""
+    return (0xFD2FB528).to_bytes(4, "little") + bytes([0b1110_0000]) + size.to_bytes(8, "little")
+
+
+async def test_zstd_elements_are_limited_together_before_any_is_decompressed(
+    seed: SeedProtos, tmp_path: Path
+) -> None:
+    """The limit was per element: a 100 KB Write of twelve zstd frames of 256 MiB each (each
+    under it) took a worker to 3.2 GB. Now every element of every request of a call spends
+    from one budget (a worker of 1 MiB messages: 4 MiB per write), checked on the sizes the
+    frames declare before any is decompressed."""
+    config = WorkerConfig(data_dir=str(tmp_path))
+    async with serving(seed, config, max_message_size=1 << 20) as (worker, client):
+        await create(worker, "cpu", CPU, tags=["host"])
+        request = client.write_request("cpu", SAMPLE)
+        payload = request.row_group.arrow
+        del payload.record_batches[:]
+        payload.record_batches.extend([declaring(1 << 20)] * 5)  # 1 MiB each, 5 MiB in all
+        payload.compression = client.seed.storage_pb2.ArrowPayload.ZSTD
+        response = await client.stub.Write(request)
+        assert response.header.code == BAD_REQUEST
+        assert "declare 5242880 bytes in all, over the worker's limit of 4194304" in (
+            response.header.error
+        )
+        del payload.record_batches[1:]  # one, 1 MiB: within the limit, and not valid zstd
+        response = await client.stub.Write(request)
+        assert "is not valid zstd" in response.header.error
+        batch = client.pb.WriteBatchRequest(batch=[request] * 5)  # 5 requests of 1 MiB each
+        response = await client.stub.WriteBatch(batch)
+        assert "declare 5242880 bytes in all" in response.header.error
+        await client.write_ok("cpu", SAMPLE)  # and the worker writes on
 
 
 async def test_write_batch_commits_every_table(cpu: tuple[Worker, Client]) -> None:

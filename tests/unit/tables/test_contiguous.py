@@ -20,6 +20,7 @@ from flightfeed._generated.schema import DataType
 from flightfeed.errors import InvalidArgument, ResourceExhausted
 from flightfeed.tables import contiguous
 from flightfeed.tables.contiguous import decode_contiguous_rows
+from flightfeed.tables.decode_budget import DecodeBudget
 from flightfeed.tables.schema import TableSchema
 from flightfeed.tables.store import conform_rows
 from flightfeed.tables.types import TYPES
@@ -88,7 +89,7 @@ def tables(draw: st.DrawFn) -> tuple[TableSchema, pa.Table]:
 def test_rows_decode_to_what_was_encoded(case: tuple[TableSchema, pa.Table]) -> None:
     schema, expected = case
     decoded = decode_contiguous_rows(
-        contiguous_rows(schema, expected), schema, max_decoded_bytes=LIMIT
+        contiguous_rows(schema, expected), schema, budget=DecodeBudget(LIMIT)
     )
     assert decoded.num_rows == expected.num_rows
     got = conform_rows(schema, decoded)
@@ -102,7 +103,7 @@ def test_rows_decode_alike_in_chunks(case: tuple[TableSchema, pa.Table], chunk_r
     schema, expected = case
     encoded = contiguous_rows(schema, expected)
     decoded = decode_contiguous_rows(
-        encoded, schema, max_decoded_bytes=LIMIT, chunk_rows=chunk_rows
+        encoded, schema, budget=DecodeBudget(LIMIT), chunk_rows=chunk_rows
     )
     assert conform_rows(schema, decoded).equals(expected)
 
@@ -124,7 +125,7 @@ def rows_of(*encoded: bytes, schema: TableSchema = SCHEMA) -> ContiguousRows:
 
 
 def decode(*encoded: bytes) -> pa.Table:
-    return decode_contiguous_rows(rows_of(*encoded), SCHEMA, max_decoded_bytes=LIMIT)
+    return decode_contiguous_rows(rows_of(*encoded), SCHEMA, budget=DecodeBudget(LIMIT))
 
 
 def test_the_two_layouts_decode() -> None:
@@ -221,14 +222,14 @@ def test_rows_encoded_for_another_schema_are_refused() -> None:
         match=r"column 2 is id 3 of type INT64 in the request, id 3 of type DOUBLE \('v'\) in"
         r" the table \(schema version 1\): read the table info again",
     ):
-        decode_contiguous_rows(rows_of(GOOD, schema=other), SCHEMA, max_decoded_bytes=LIMIT)
+        decode_contiguous_rows(rows_of(GOOD, schema=other), SCHEMA, budget=DecodeBudget(LIMIT))
     fewer = ContiguousRows(schema_version=1, encoded_rows=[GOOD], column_descs=[])
     with pytest.raises(InvalidArgument, match="the request describes 0 columns, the table has 3"):
-        decode_contiguous_rows(fewer, SCHEMA, max_decoded_bytes=LIMIT)
+        decode_contiguous_rows(fewer, SCHEMA, budget=DecodeBudget(LIMIT))
     unknown = rows_of(GOOD)
     unknown.column_descs[1].typ = 99
     with pytest.raises(InvalidArgument, match="column 1 is id 2 of type 99 in the request"):
-        decode_contiguous_rows(unknown, SCHEMA, max_decoded_bytes=LIMIT)
+        decode_contiguous_rows(unknown, SCHEMA, budget=DecodeBudget(LIMIT))
 
 
 def test_what_rows_may_decode_to_is_checked_before_decoding() -> None:
@@ -242,9 +243,9 @@ def test_what_rows_may_decode_to_is_checked_before_decoding() -> None:
     )
     row = encode_row([c.type.data_type for c in wide.columns], [0] + [None] * 999)
     rows = rows_of(*[row] * 1000, schema=wide)
-    with pytest.raises(ResourceExhausted, match="1000 rows of 1000 columns may decode to"):
-        decode_contiguous_rows(rows, wide, max_decoded_bytes=10_000_000)
-    assert decode_contiguous_rows(rows, wide, max_decoded_bytes=LIMIT).num_rows == 1000
+    with pytest.raises(ResourceExhausted, match="1000 rows of 1000 columns decodes to"):
+        decode_contiguous_rows(rows, wide, budget=DecodeBudget(10_000_000))
+    assert decode_contiguous_rows(rows, wide, budget=DecodeBudget(LIMIT)).num_rows == 1000
 
 
 def test_the_decoded_types_are_horaedbs() -> None:

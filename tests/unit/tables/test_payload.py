@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from flightfeed._generated.storage import ArrowPayload, ArrowPayloadCompression
 from flightfeed.errors import InvalidArgument, ResourceExhausted
+from flightfeed.tables.decode_budget import DecodeBudget
 from flightfeed.tables.payload import (
     Compressor,
     decode_payload,
@@ -94,7 +95,7 @@ def test_batches_round_trip_through_a_payload(
         assert payload.compression == ArrowPayloadCompression.NONE
     if mode == "always" and min_bytes == 0 and contents:
         assert payload.compression == ArrowPayloadCompression.ZSTD
-    decoded = decode_payload(payload, max_decoded_bytes=LIMIT)
+    decoded = decode_payload(payload, budget=DecodeBudget(LIMIT))
     assert len(decoded) == len(contents)
     for got, sent in zip(decoded, contents, strict=True):
         assert got.schema == sent.schema
@@ -114,9 +115,9 @@ def test_an_empty_payload_decodes_to_no_batches() -> None:
     payload = encode_payload([], Compressor())
     assert payload.record_batches == []
     assert payload.compression == ArrowPayloadCompression.NONE
-    assert decode_payload(payload, max_decoded_bytes=0) == []
+    assert decode_payload(payload, budget=DecodeBudget(0)) == []
     zstd_empty = ArrowPayload(compression=ArrowPayloadCompression.ZSTD)
-    assert decode_payload(zstd_empty, max_decoded_bytes=0) == []
+    assert decode_payload(zstd_empty, budget=DecodeBudget(0)) == []
 
 
 # --- Compressor ----------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def test_always_compresses_even_random_doubles_and_never_never_does() -> None:
     assert Compressor(mode="never").compress(ipc_stream(compressible())) is None
     payload = encode_payload([random_doubles(), random_doubles(seed=2)], Compressor("always"))
     assert payload.compression == ArrowPayloadCompression.ZSTD
-    decoded = decode_payload(payload, max_decoded_bytes=LIMIT)
+    decoded = decode_payload(payload, budget=DecodeBudget(LIMIT))
     assert decoded[0].equals(random_doubles())
     assert decoded[1].equals(random_doubles(seed=2))
 
@@ -247,35 +248,37 @@ def zstd_payload(*elements: bytes) -> ArrowPayload:
 def test_a_zstd_element_must_be_a_zstd_frame() -> None:
     raw = ipc_stream(compressible(100)).to_pybytes()
     with pytest.raises(InvalidArgument, match="not a zstd frame"):
-        decode_payload(zstd_payload(raw), max_decoded_bytes=LIMIT)
+        decode_payload(zstd_payload(raw), budget=DecodeBudget(LIMIT))
 
 
 def test_a_zstd_frame_must_declare_its_size() -> None:
     raw = ipc_stream(compressible(100)).to_pybytes()
     unsized = zstandard.ZstdCompressor(write_content_size=False).compress(raw)
     with pytest.raises(InvalidArgument, match="element 1: the zstd frame does not declare"):
-        decode_payload(zstd_payload(zstd_frame(raw), unsized), max_decoded_bytes=LIMIT)
+        decode_payload(zstd_payload(zstd_frame(raw), unsized), budget=DecodeBudget(LIMIT))
     handmade = MAGIC + bytes([0b0000_0000, 0x77]) + b"\x00" * 16
     with pytest.raises(InvalidArgument, match="does not declare its size"):
-        decode_payload(zstd_payload(handmade), max_decoded_bytes=LIMIT)
+        decode_payload(zstd_payload(handmade), budget=DecodeBudget(LIMIT))
 
 
 def test_a_declared_size_over_the_limit_is_refused_before_decompressing() -> None:
     # garbage after the header: decompressing it would be an InvalidArgument instead
     huge = MAGIC + bytes([0b1110_0000]) + (2**40).to_bytes(8, "little") + b"\xff" * 32
-    with pytest.raises(ResourceExhausted, match=f"{2**40} bytes, over the limit of {LIMIT}"):
-        decode_payload(zstd_payload(huge), max_decoded_bytes=LIMIT)
+    with pytest.raises(
+        ResourceExhausted, match=f"{2**40} bytes: over the worker's limit of {LIMIT} bytes"
+    ):
+        decode_payload(zstd_payload(huge), budget=DecodeBudget(LIMIT))
     raw = ipc_stream(compressible()).to_pybytes()
-    with pytest.raises(ResourceExhausted, match="element 0 decompresses to"):
-        decode_payload(zstd_payload(zstd_frame(raw)), max_decoded_bytes=len(raw) - 1)
-    assert len(decode_payload(zstd_payload(zstd_frame(raw)), max_decoded_bytes=len(raw))) == 1
+    with pytest.raises(ResourceExhausted, match="element 0 decodes to"):
+        decode_payload(zstd_payload(zstd_frame(raw)), budget=DecodeBudget(len(raw) - 1))
+    assert len(decode_payload(zstd_payload(zstd_frame(raw)), budget=DecodeBudget(len(raw)))) == 1
 
 
 def test_a_stream_decoding_over_the_limit_is_refused() -> None:
     raw = ipc_stream(compressible()).to_pybytes()
     payload = ArrowPayload(record_batches=[raw])
-    with pytest.raises(ResourceExhausted, match="over the limit of 1000"):
-        decode_payload(payload, max_decoded_bytes=1000)
+    with pytest.raises(ResourceExhausted, match="over the worker's limit of 1000 bytes"):
+        decode_payload(payload, budget=DecodeBudget(1000))
 
 
 @pytest.mark.parametrize("delta", [-1, 1, 100])
@@ -285,7 +288,7 @@ def test_a_frame_lying_about_its_size_is_invalid(delta: int) -> None:
     assert frame[4] == 0b1010_0000  # single segment, a 4-byte size at offset 5
     lie = frame[:5] + (len(raw) + delta).to_bytes(4, "little") + frame[9:]
     with pytest.raises(InvalidArgument, match="element 0 is not valid zstd"):
-        decode_payload(zstd_payload(lie), max_decoded_bytes=LIMIT)
+        decode_payload(zstd_payload(lie), budget=DecodeBudget(LIMIT))
 
 
 def test_a_corrupt_zstd_body_is_invalid() -> None:
@@ -293,7 +296,7 @@ def test_a_corrupt_zstd_body_is_invalid() -> None:
     frame = bytearray(zstd_frame(raw))
     frame[20:40] = b"\xff" * 20
     with pytest.raises(InvalidArgument):
-        decode_payload(zstd_payload(bytes(frame)), max_decoded_bytes=LIMIT)
+        decode_payload(zstd_payload(bytes(frame)), budget=DecodeBudget(LIMIT))
 
 
 @pytest.mark.parametrize(
@@ -308,13 +311,15 @@ def test_garbage_ipc_bytes_are_invalid(element: bytes, zstd: bool) -> None:
     else:
         payload = ArrowPayload(record_batches=[ipc_stream(compressible(5)).to_pybytes(), element])
     with pytest.raises(InvalidArgument, match="not valid Arrow IPC"):
-        decode_payload(payload, max_decoded_bytes=LIMIT)
+        decode_payload(payload, budget=DecodeBudget(LIMIT))
 
 
 def test_a_truncated_stream_is_invalid() -> None:
     raw = ipc_stream(compressible(100)).to_pybytes()
     with pytest.raises(InvalidArgument, match="ArrowPayload element 0"):
-        decode_payload(ArrowPayload(record_batches=[raw[: len(raw) // 2]]), max_decoded_bytes=LIMIT)
+        decode_payload(
+            ArrowPayload(record_batches=[raw[: len(raw) // 2]]), budget=DecodeBudget(LIMIT)
+        )
 
 
 @pytest.mark.parametrize("value", [2, 7, 127])
@@ -324,4 +329,4 @@ def test_an_unknown_compression_is_refused(value: int) -> None:
     assert wire.endswith(b"\x10\x01")  # field 2 (varint): ZSTD
     payload = ArrowPayload.parse(wire[:-1] + bytes([value]))
     with pytest.raises(InvalidArgument, match="unknown ArrowPayload compression"):
-        decode_payload(payload, max_decoded_bytes=LIMIT)
+        decode_payload(payload, budget=DecodeBudget(LIMIT))
