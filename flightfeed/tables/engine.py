@@ -8,11 +8,10 @@ Everything the services (remote engine, Flight) and the plan's TableScan need go
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Final, TypeVar
 
@@ -231,19 +230,18 @@ class TableEngine:
 
         parallelism = max(1, min(read.parallelism, MAX_READ_PARALLELISM))
         if parallelism == 1 or read.order != "none" or read.rowid_range is not None:
-            slices = [spec]
-        else:
-            top = await self.max_rowid(read.name, entry.id)
-            bounds = [(top + 1) * i // parallelism for i in range(parallelism + 1)]
-            slices = [
-                replace(spec, rowid_range=(lo, hi))
-                for lo, hi in itertools.pairwise(bounds)
-                if hi > lo
-            ] or [spec]
-        sources = {i: self._scan(entry, one, finish) for i, one in enumerate(slices)}
-        async with closing(merge(sources)) as merged:  # (a merge of one is the scan itself)
-            async for _, batch in merged:
-                yield batch
+            readers = [await self._run(self.store.scan, entry.name, spec, entry.id)]
+        else:  # (every slice of the one snapshot: store.scan_slices)
+            scan_slices = self.store.scan_slices
+            readers = await self._run(scan_slices, entry.name, spec, parallelism, entry.id)
+        try:
+            sources = {i: self._stream(reader, finish) for i, reader in enumerate(readers)}
+            async with closing(merge(sources)) as merged:  # (a merge of one is the scan itself)
+                async for _, batch in merged:
+                    yield batch
+        finally:
+            for reader in readers:
+                reader.close()
 
     def _entry_of(self, read: TableRead) -> TableEntry:
         entry = self.entry(read.name)
@@ -254,18 +252,14 @@ class TableEngine:
             )
         return entry
 
-    async def _scan(
-        self, entry: TableEntry, spec: ScanSpec, finish: Callable[[pa.RecordBatch], pa.RecordBatch]
+    async def _stream(
+        self, reader: pa.RecordBatchReader, finish: Callable[[pa.RecordBatch], pa.RecordBatch]
     ) -> AsyncIterator[pa.RecordBatch]:
-        """`spec` over table `entry` (every slice of a read scans the one table it began on)."""
-        reader = await self._run(self.store.scan, entry.name, spec, entry.id)
-        try:
-            batches = read_ahead(partial(_next_finished, reader, finish), SCAN_AHEAD)
-            async with closing(batches) as scanned:
-                async for batch in scanned:
-                    yield batch
-        finally:
-            reader.close()
+        """A scan's batches, read ahead on a thread and finished there."""
+        batches = read_ahead(partial(_next_finished, reader, finish), SCAN_AHEAD)
+        async with closing(batches) as scanned:
+            async for batch in scanned:
+                yield batch
 
 
 async def purge_expired_rows(engine: TableEngine, interval: float) -> None:

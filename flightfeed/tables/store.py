@@ -14,6 +14,7 @@ run concurrently on cursors of their own.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -504,6 +505,29 @@ class TableStore:
             cur.close()
             raise _duckdb_error(exc) from exc
         return _CursorReader.wrap(reader, cur)
+
+    def scan_slices(
+        self, name: TableName, spec: ScanSpec, parallelism: int, table_id: int | None = None
+    ) -> list[pa.RecordBatchReader]:
+        """`spec` split by row id into up to `parallelism` slices, a reader each, all of one
+        snapshot. Each reader's cursor is a transaction of its own: they are opened while no
+        write commits (under the write lock), or the slices of one read could mix two writes."""
+        with self._write_lock:
+            top = self.max_rowid(name, table_id)
+            bounds = [(top + 1) * i // parallelism for i in range(parallelism + 1)]
+            slices = [
+                replace(spec, rowid_range=(lo, hi))
+                for lo, hi in itertools.pairwise(bounds)
+                if hi > lo
+            ] or [spec]
+            readers: list[pa.RecordBatchReader] = []
+            try:
+                readers.extend(self.scan(name, one, table_id) for one in slices)
+            except BaseException:
+                for reader in readers:
+                    reader.close()
+                raise
+            return readers
 
     def row_count(self, name: TableName) -> int:
         entry = self.entry(name)
