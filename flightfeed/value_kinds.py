@@ -55,14 +55,35 @@ def converts(source: pa.DataType, target: pa.DataType) -> bool:
 
 def convert(values: Values, target: pa.DataType) -> Values:
     """`values` as `target`, exactly: Arrow's safe cast, and `ArrowInvalid` naming the first
-    double that FLOAT cannot hold. Call only where `converts` holds."""
+    double that FLOAT cannot hold, or decimal that a float cannot (Arrow rounds those without
+    a word, where it refuses an integer past 2**53). Call only where `converts` holds."""
     converted = values.cast(target, safe=True)
     if pt.is_floating(target) and pt.is_floating(values.type):
         overflowed = pc.and_(pc.is_finite(values), pc.is_inf(converted))
         if pc.any(overflowed).as_py():
             index = pc.index(overflowed, True).as_py()
             raise pa.ArrowInvalid(f"value {values[index].as_py()!r} is out of the column's range")
+    if pt.is_floating(target) and pt.is_decimal(values.type):
+        _check_exact_decimals(values, converted)
     return converted
+
+
+def _check_exact_decimals(values: Values, converted: Values) -> None:
+    """Each decimal comes back from its float: the float, cast back to the decimal type (its
+    scale), is the same decimal. 1.10 is taken as the double nearest it, as a literal is;
+    0.100000000000000001 (scale 18) or 2**53 + 1 would be another number."""
+    try:
+        inexact = pc.invert(
+            pc.fill_null(pc.equal(converted.cast(values.type, safe=False), values), True)
+        )
+    except pa.ArrowInvalid:  # (a float past the decimal type's range: it was rounded up)
+        raise pa.ArrowInvalid("a value is not exactly a float: it would be rounded") from None
+    if pc.any(inexact).as_py():
+        index = pc.index(inexact, True).as_py()
+        raise pa.ArrowInvalid(
+            f"value {values[index].as_py()} is not exactly a float: it would be stored as"
+            f" {converted[index].as_py()!r}"
+        )
 
 
 __all__ = ["convert", "converts", "value_kind"]

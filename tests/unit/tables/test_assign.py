@@ -74,6 +74,21 @@ def test_a_column_takes_values_of_its_kind_converted_exactly(
         (pa.array([1.5]), pa.int64(), "cannot store double values .*truncated"),
         (pa.array([2**53 + 1]), pa.float64(), "cannot store int64 values"),
         (pa.array([1_500], pa.timestamp("us")), pa.timestamp("ms"), "cannot store"),
+        (  # (it was stored as 9007199254740992.0: Arrow rounds a decimal into a float)
+            pa.array([decimal.Decimal(2**53 + 1)], pa.decimal128(20, 0)),
+            pa.float64(),
+            "value 9007199254740993 is not exactly a float: it would be stored as 9007199254740992",
+        ),
+        (
+            pa.array([decimal.Decimal("0.100000000000000001")], pa.decimal128(38, 18)),
+            pa.float64(),
+            "value 0.100000000000000001 is not exactly a float",
+        ),
+        (
+            pa.array([decimal.Decimal(10) ** 70], pa.decimal256(76, 0)),
+            pa.float64(),
+            "is not exactly a float",
+        ),
     ],
 )
 def test_a_column_refuses_other_kinds_and_values_out_of_its_range(
