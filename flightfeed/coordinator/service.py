@@ -57,6 +57,7 @@ from ..flight import (
     path_descriptor,
     schema_to_ipc,
 )
+from ..flight.json_object import json_object
 from ..plan import ExecutionPlan
 from ..protocol import task_id
 from ..protocol.tickets import parse_ticket
@@ -261,7 +262,8 @@ class CoordinatorService(FlightHandler):
         except ValueError as exc:
             raise InvalidArgument(f"relocate's 'ticket' is not hex: {exc}") from None
         task = parse_ticket(ticket)
-        query_id = task_id(task.task_key).query_id  # (checked: a ticket off the network)
+        key = task_id(task.task_key)  # (checked: a ticket off the network)
+        query_id = key.query_id
         held = self._held.get(query_id)
         if held is None:
             raise NotFound(f"no query {query_id.hex()} is held here (released already?)")
@@ -271,8 +273,7 @@ class CoordinatorService(FlightHandler):
                 f" and not read again for {self.grace:g} s, not read for {self.ttl:g} s, or"
                 " released by a reader): run it again"
             )
-        assert task.task_key is not None  # (task_id checked)
-        number, partition = task.task_key.task_number, task.target_partition_start
+        number, partition = key.task_number, task.target_partition_start
         endpoint = held.endpoint(number, partition)
         if endpoint.location == failed and await self.coordinator.health.serving(failed):
             # Nothing will move: waiting would only delay the reader's failure.
@@ -296,14 +297,9 @@ def _json_object(kind: str, body: bytes, shape: str) -> dict[str, Any]:
     """An action's JSON object (the body comes off the network: anything else is
     InvalidArgument saying what `kind` needs, `shape`)."""
     try:
-        request = json.loads(body)
-    except ValueError as exc:  # (UnicodeDecodeError too)
-        raise InvalidArgument(f"{kind} needs a JSON body, {shape}: {exc}") from None
-    except RecursionError:  # (json's decoder, on arrays or objects nested thousands deep)
-        raise InvalidArgument(f"{kind} needs a JSON body, {shape}: it nests too deep") from None
-    if not isinstance(request, dict):
-        raise InvalidArgument(f"{kind} needs a JSON body, {shape}")
-    return request
+        return json_object(body)
+    except ValueError as exc:
+        raise InvalidArgument(f"{kind} needs a JSON body, {shape}: it {exc}") from None
 
 
 def _stream_request(kind: str, body: bytes) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from typing import Any, Final
 import pyarrow as pa
 
 from ..errors import InvalidArgument
+from .json_object import json_object
 
 COMMAND_PREFIX: Final = b"flightfeed.shared-memory-read.v1\n"
 """A DoExchange descriptor command: this prefix, then the ticket to read."""
@@ -93,14 +94,9 @@ def _decode(data: bytes | memoryview | pa.Buffer | None, what: str) -> dict[str,
     if len(raw) > MAX_CONTROL_BYTES:
         raise InvalidArgument(f"shared-memory read: {what} of {len(raw)} bytes is too large")
     try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidArgument(f"shared-memory read: {what} is not JSON") from None
-    except RecursionError:  # (json's decoder, on arrays or objects nested thousands deep)
-        raise InvalidArgument(f"shared-memory read: {what} nests too deep") from None
-    if not isinstance(value, dict):
-        raise InvalidArgument(f"shared-memory read: {what} is not an object")
-    return value
+        return json_object(raw)
+    except ValueError as exc:
+        raise InvalidArgument(f"shared-memory read: {what} {exc}") from None
 
 
 def _int(value: dict[str, Any], key: str, low: int, high: int, what: str) -> int:
