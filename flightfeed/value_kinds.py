@@ -10,8 +10,9 @@ a word ('12' into an integer, 2 into `true`).
 
 The conversion is Arrow's safe cast, so a number out of a column's range, a float with a
 fraction into an integer, an integer a double cannot hold exactly and a timestamp finer than
-the column's unit are refused. One more check: a double too large for FLOAT, which Arrow's safe
-cast turns into infinity.
+the column's unit are refused. Two more checks, where Arrow's safe cast says nothing: a double
+too large for FLOAT (it becomes infinity), and a decimal that a float would round into another
+number.
 
 The callers word the refusal, each for its own reader (a gRPC client, a Spark job), so this
 module raises only Arrow's own `ArrowInvalid` and imports nothing of ours.
