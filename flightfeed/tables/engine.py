@@ -8,9 +8,11 @@ Everything the services (remote engine, Flight) and the plan's TableScan need go
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
 from typing import Final, TypeVar
@@ -29,7 +31,11 @@ from .datafusion_floats import PredicateFunctions
 from .options import TableOptions
 from .predicate import split_predicates
 from .schema import TableSchema
+from .snapshots import DEFAULT_SNAPSHOT_TTL, TableSnapshots
 from .store import Order, ScanSpec, TableEntry, TableName, TableStore
+
+RowIds = tuple[int, int]
+"""[lo, hi) of DuckDB row ids: one slice of a table read."""
 
 log = logging.getLogger("flightfeed.tables")
 
@@ -84,17 +90,24 @@ class TableRead:
 class TableEngine:
     """`engine = await TableEngine.open(data_dir)`; `await engine.aclose()` when done."""
 
-    def __init__(self, store: TableStore) -> None:
+    def __init__(self, store: TableStore, *, snapshot_ttl: float = DEFAULT_SNAPSHOT_TTL) -> None:
         self.store = store
+        self.snapshots = TableSnapshots(store, ttl=snapshot_ttl)
+        """The snapshots of reads planned in slices (`plan_slices`); run its `expire_idle`."""
 
     @classmethod
     async def open(
-        cls, data_dir: str | os.PathLike[str] | None, *, memory_limit: int | None = None
+        cls,
+        data_dir: str | os.PathLike[str] | None,
+        *,
+        memory_limit: int | None = None,
+        snapshot_ttl: float = DEFAULT_SNAPSHOT_TTL,
     ) -> TableEngine:
         opening = partial(TableStore.open, data_dir, memory_limit=memory_limit)
-        return cls(await anyio.to_thread.run_sync(opening))
+        return cls(await anyio.to_thread.run_sync(opening), snapshot_ttl=snapshot_ttl)
 
     async def aclose(self) -> None:
+        await self.snapshots.close()
         await anyio.to_thread.run_sync(self.store.close)
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
@@ -138,6 +151,16 @@ class TableEngine:
 
     async def purge_expired(self) -> int:
         return await self._run(self.store.purge_expired)
+
+    async def plan_slices(self, read: TableRead, slices: int) -> tuple[bytes, list[RowIds]]:
+        """A read of table `read.table_id` planned as `slices` row-id ranges that are read
+        later, each with `read(..., snapshot=...)`: the snapshot they all read, and the ranges
+        (which cover every row of the snapshot)."""
+        if read.table_id is None:
+            raise ValueError("a read planned in slices names its table id")
+        snapshot = await self.snapshots.open(read.name, read.table_id, slices)
+        bounds = [(snapshot.top + 1) * i // slices for i in range(slices + 1)]
+        return snapshot.id, list(itertools.pairwise(bounds))
 
     async def max_rowid(self, name: TableName, table_id: int | None = None) -> int:
         """The table's highest row id (-1 when empty): where parallel slices end (`table_id`: of
@@ -194,8 +217,11 @@ class TableEngine:
             return schema.arrow
         return pa.schema([schema.column(c).field for c in read.columns])
 
-    async def read(self, read: TableRead) -> AsyncIterator[pa.RecordBatch]:
-        """The rows, batch by batch (empty batches skipped)."""
+    async def read(
+        self, read: TableRead, *, snapshot: bytes | None = None
+    ) -> AsyncIterator[pa.RecordBatch]:
+        """The rows, batch by batch (empty batches skipped); with `snapshot`, as the table was
+        when `plan_slices` planned the read (NotFound once that snapshot is released)."""
         read = read.checked()
         entry = self._entry_of(read)
         table_schema = entry.schema.arrow
@@ -228,20 +254,25 @@ class TableEngine:
             ]
             return pa.RecordBatch.from_arrays(columns, schema=out_schema)
 
-        parallelism = max(1, min(read.parallelism, MAX_READ_PARALLELISM))
-        if parallelism == 1 or read.order != "none" or read.rowid_range is not None:
-            readers = [await self._run(self.store.scan, entry.name, spec, entry.id)]
-        else:  # (every slice of the one snapshot: store.scan_slices)
-            scan_slices = self.store.scan_slices
-            readers = await self._run(scan_slices, entry.name, spec, parallelism, entry.id)
-        try:
-            sources = {i: self._stream(reader, finish) for i, reader in enumerate(readers)}
-            async with closing(merge(sources)) as merged:  # (a merge of one is the scan itself)
-                async for _, batch in merged:
-                    yield batch
-        finally:
-            for reader in readers:
-                reader.close()
+        async with AsyncExitStack() as stack:
+            parallelism = max(1, min(read.parallelism, MAX_READ_PARALLELISM))
+            if snapshot is not None:
+                lease = await stack.enter_async_context(self.snapshots.lease(snapshot, entry.id))
+                scan_in = self.store.scan_in
+                readers = [await self._run(scan_in, lease.cursor, entry.name, spec, entry.id)]
+            elif parallelism == 1 or read.order != "none" or read.rowid_range is not None:
+                readers = [await self._run(self.store.scan, entry.name, spec, entry.id)]
+            else:  # (every slice of the one snapshot: store.scan_slices)
+                scan_slices = self.store.scan_slices
+                readers = await self._run(scan_slices, entry.name, spec, parallelism, entry.id)
+            try:
+                sources = {i: self._stream(reader, finish) for i, reader in enumerate(readers)}
+                async with closing(merge(sources)) as merged:  # (a merge of one: the scan)
+                    async for _, batch in merged:
+                        yield batch
+            finally:
+                for reader in readers:
+                    reader.close()
 
     def _entry_of(self, read: TableRead) -> TableEntry:
         entry = self.entry(read.name)

@@ -13,7 +13,6 @@ source use.
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -52,6 +51,7 @@ from ..plan.expr_proto import expr_from_proto
 from .engine import TableEngine, TableRead
 from .predicate import split_predicates
 from .schema import TableSchema
+from .snapshots import SNAPSHOT_ID_BYTES
 from .store import PUT_JOB_PREFIX, TableName
 
 TABLE_TICKET_PREFIX: Final = b"flightfeed-table:"
@@ -155,10 +155,11 @@ def parsed(command: TableCommand) -> ParsedCommand:
     return ParsedCommand(read, partitions, command.staged)
 
 
-def _ticket(command: TableCommand, start: int, end: int, table_id: int) -> bytes:
-    return TABLE_TICKET_PREFIX + bytes(
-        TableTicket(command=command, rowid_start=start, rowid_end=end, table_id=table_id)
+def _ticket(command: TableCommand, start: int, end: int, table_id: int, snapshot: bytes) -> bytes:
+    ticket = TableTicket(
+        command=command, rowid_start=start, rowid_end=end, table_id=table_id, snapshot=snapshot
     )
+    return TABLE_TICKET_PREFIX + bytes(ticket)
 
 
 def is_table_ticket(ticket: bytes) -> bool:
@@ -187,16 +188,17 @@ class TableFlight:
         as_command = _as_command(descriptor, command)
         as_command.columns = list(schema.names)
         as_command.no_columns = not schema.names
-        top = await engine.max_rowid(read.name, entry.id)
-        count = command.partitions
-        bounds = [(top + 1) * i // count for i in range(count + 1)]
-        bounds[-1] = -1  # the last slice takes what is appended meanwhile
+        if command.partitions == 1:  # (one ticket, one transaction: no snapshot to hold)
+            snapshot, slices = b"", [(0, -1)]
+        else:  # (the slices' reads see the table as it is now: tables/snapshots.py)
+            snapshot, slices = await engine.plan_slices(read, command.partitions)
         location = [Location(uri=self.location())]
         endpoints = [
             FlightEndpoint(
-                ticket=Ticket(ticket=_ticket(as_command, lo, hi, entry.id)), location=location
+                ticket=Ticket(ticket=_ticket(as_command, lo, hi, entry.id, snapshot)),
+                location=location,
             )
-            for lo, hi in itertools.pairwise(bounds)
+            for lo, hi in slices
         ]
         return FlightInfo(
             schema=schema_to_ipc(schema),
@@ -220,8 +222,13 @@ class TableFlight:
         if found.rowid_start < 0 or end < found.rowid_start:
             raise InvalidArgument(f"bad row id range [{found.rowid_start}, {found.rowid_end})")
         read = replace(read, rowid_range=(found.rowid_start, end), table_id=found.table_id)
+        snapshot = found.snapshot or None
+        if snapshot is not None and (found.table_id is None or len(snapshot) != SNAPSHOT_ID_BYTES):
+            raise InvalidArgument(
+                f"a table ticket's snapshot is {SNAPSHOT_ID_BYTES} bytes, with its table id"
+            )
         await writer.begin(engine.read_schema(read))
-        async for batch in engine.read(read):
+        async for batch in engine.read(read, snapshot=snapshot):
             await writer.write(batch)
 
     async def do_put(self, reader: FlightDataReader, results: PutResultWriter) -> None:

@@ -492,19 +492,62 @@ class TableStore:
     ) -> pa.RecordBatchReader:
         """The rows `spec` selects, streamed (the reader keeps its own cursor); `table_id`: of
         that table only, NotFound once it is dropped."""
-        entry = self._read_table(name, table_id)
-        sql, params = scan_sql(entry, spec, now_ms=_now_ms())
         cur = self.connection.cursor()
         try:
-            result = cur.execute(sql, params)
-            reader = result.to_arrow_reader(spec.batch_size)
-        except duckdb.CatalogException as exc:
+            reader = self.scan_in(cur, name, spec, table_id)
+        except BaseException:
             cur.close()
+            raise
+        return _CursorReader.wrap(reader, cur)
+
+    def scan_in(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        name: TableName,
+        spec: ScanSpec,
+        table_id: int | None = None,
+    ) -> pa.RecordBatchReader:
+        """`scan` on a cursor the caller keeps (one of a snapshot's: `open_snapshot`)."""
+        entry = self._read_table(name, table_id)
+        sql, params = scan_sql(entry, spec, now_ms=_now_ms())
+        try:
+            return cur.execute(sql, params).to_arrow_reader(spec.batch_size)
+        except duckdb.CatalogException as exc:
             raise _dropped_while_read(name) from exc
         except duckdb.Error as exc:
-            cur.close()
             raise _duckdb_error(exc) from exc
-        return _CursorReader.wrap(reader, cur)
+
+    def open_snapshot(
+        self, name: TableName, table_id: int, cursors: int
+    ) -> tuple[int, list[duckdb.DuckDBPyConnection]]:
+        """`cursors` transactions that all see the table as it is now, and its highest row id
+        then (-1 when empty): the slices of a read planned once and redeemed one by one (a
+        FlightInfo's endpoints) read them, so no write between the slices' reads shows in
+        some of them. DuckDB fixes a transaction's snapshot at its first statement, so each
+        cursor runs one while no write commits (under the write lock). The caller closes
+        them."""
+        if cursors < 1:
+            raise ValueError(f"a snapshot needs at least one cursor, got {cursors}")
+        opened: list[duckdb.DuckDBPyConnection] = []
+        row: tuple[Any, ...] | None = None
+        with self._write_lock:
+            entry = self._read_table(name, table_id)
+            try:
+                for _ in range(cursors):
+                    cur = self.connection.cursor()
+                    opened.append(cur)
+                    cur.execute("BEGIN TRANSACTION")
+                    row = cur.execute(f"SELECT max(rowid) FROM {entry.physical}").fetchone()
+            except BaseException as exc:
+                for cur in opened:
+                    cur.close()
+                if isinstance(exc, duckdb.CatalogException):
+                    raise _dropped_while_read(name) from exc
+                if isinstance(exc, duckdb.Error):
+                    raise _duckdb_error(exc) from exc
+                raise
+        top = None if row is None else row[0]
+        return (-1 if top is None else int(top)), opened
 
     def scan_slices(
         self, name: TableName, spec: ScanSpec, parallelism: int, table_id: int | None = None

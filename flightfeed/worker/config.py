@@ -14,6 +14,7 @@ from ..flight.shared_memory import DEFAULT_DIRECTORY as DEFAULT_SHARED_MEMORY_DI
 from ..flight.tls import ClientTls, ServerTls
 from ..plan.memory import default_memory_limit
 from ..tables.payload import CompressionMode
+from ..tables.snapshots import DEFAULT_SNAPSHOT_TTL
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class WorkerConfig:
         "always" or "never".
     table_purge_interval: seconds between deletions of rows a table's TTL has expired (reads
         never return them either way).
+    table_snapshot_ttl: seconds a table read planned in several partitions keeps its snapshot
+        after its last partition was read (its tickets are refused after: tables/snapshots.py).
     table_plan_slots: plans pushed down to the tables (ExecutePhysicalPlan) that run at once;
         more wait, high priority first.
     tls: serve over TLS with this certificate (`grpc+tls://` locations); with a client CA,
@@ -99,6 +102,7 @@ class WorkerConfig:
     data_dir: str | None = None
     table_compression: CompressionMode = "auto"
     table_purge_interval: float = 600.0
+    table_snapshot_ttl: float = DEFAULT_SNAPSHOT_TTL
     tls: ServerTls | None = None
     peer_tls: ClientTls | None = None
     auth: Authenticator | None = None
@@ -143,3 +147,5 @@ class WorkerConfig:
             raise ValueError("WorkerConfig.shared_memory_idle_ttl must not be negative")
         if not self.table_purge_interval > 0:
             raise ValueError("WorkerConfig.table_purge_interval must be positive")
+        if not self.table_snapshot_ttl > 0:
+            raise ValueError("WorkerConfig.table_snapshot_ttl must be positive")

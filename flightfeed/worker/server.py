@@ -134,6 +134,7 @@ class Worker:
                 tables = await TableEngine.open(
                     None if data_dir == ":memory:" else data_dir,
                     memory_limit=None if limit is None else limit // TABLE_STORE_MEMORY_SHARE,
+                    snapshot_ttl=self.config.table_snapshot_ttl,
                 )
                 stack.push_async_callback(tables.aclose)
                 self.state.tables = tables
@@ -164,6 +165,7 @@ class Worker:
                     self.config.table_purge_interval,
                     name="table TTL purge",
                 )
+                tg.start_soon(self.state.tables.snapshots.expire_idle, name="table snapshots")
             if self.config.release_memory_after is not None:
                 # Quiet: no tasks, and no calls either (refused calls never make a task).
                 calls = self.state.calls

@@ -1,7 +1,8 @@
 """A table's endpoints as pyarrow's C++ Flight client reads them from a `flightfeed worker
 --data-dir` process: a ticket streams the schema its FlightInfo announced, even after a column
-is added, the ticket of a table dropped since (and created again) is refused rather than
-read from the new table, and a read of no columns counts the rows."""
+is added, the endpoints of one FlightInfo read one snapshot of the table, the ticket of a table
+dropped since (and created again) is refused rather than read from the new table, and a read of
+no columns counts the rows."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import pytest
 from helpers.tables_cli import tables
 from helpers.worker_process import worker_process
 
-from flightfeed._generated.flightfeed.v1 import TableCommand, TableRef
+from flightfeed._generated.flightfeed.v1 import (
+    CommitStaged,
+    StagedAttempt,
+    StagedWrite,
+    TableCommand,
+    TableRef,
+)
 
 ROWS = pa.table(
     {
@@ -108,3 +115,60 @@ def test_a_read_of_no_columns_streams_the_rows_without_their_values(
         assert sum(client.do_get(e.ticket).read_all().num_rows for e in info.endpoints) == 6
         with pytest.raises(pa.ArrowInvalid, match="no_columns names no columns, got"):
             client.get_flight_info(command(no_columns=True, columns=["v"]))
+
+
+def overwrite(client: flight.FlightClient, name: str, rows: pa.Table, job: str) -> None:
+    """What a Spark write with mode overwrite does: stage the rows, then commit them as the
+    table's every row."""
+    staged = StagedWrite(job=job, partition=0, attempt=1)
+    command = TableCommand(version=1, table=TableRef(table=name), staged=staged)
+    writer, reader = client.do_put(flight.FlightDescriptor.for_command(bytes(command)), rows.schema)
+    writer.write_table(rows)
+    writer.done_writing()
+    reader.read()
+    writer.close()
+    commit = CommitStaged(
+        table=TableRef(table=name),
+        job=job,
+        attempts=[StagedAttempt(partition=0, attempt=1)],
+        overwrite=True,
+    )
+    list(client.do_action(flight.Action("commit_staged", bytes(commit))))
+
+
+def test_the_endpoints_of_one_flight_info_read_one_version_of_the_table(
+    worker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, each ticket read the table as it was when redeemed: a Spark overwrite between
+    two partitions' reads gave 9 rows of 6 keys, of both versions."""
+    create_with_rows(capsys, worker, "versions")
+    command = TableCommand(version=1, table=TableRef(table="versions"), partitions=2)
+    descriptor = flight.FlightDescriptor.for_command(bytes(command))
+    newer = ROWS.set_column(2, "v", pa.array([10.0] * 6))
+    with flight.connect(worker) as client:
+        info = client.get_flight_info(descriptor)
+        first = client.do_get(info.endpoints[0].ticket).read_all()
+        overwrite(client, "versions", newer, "versions-overwrite")
+        second = client.do_get(info.endpoints[1].ticket).read_all()
+        assert sorted_rows(pa.concat_tables([first, second])) == ROWS.to_pylist()
+        retried = client.do_get(info.endpoints[1].ticket).read_all()
+        assert retried.equals(second)
+        fresh = client.get_flight_info(descriptor)
+        now = pa.concat_tables(client.do_get(e.ticket).read_all() for e in fresh.endpoints)
+        assert sorted_rows(now) == newer.to_pylist()
+
+
+def test_a_table_dropped_while_a_read_holds_its_snapshot_is_refused(
+    worker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    create_with_rows(capsys, worker, "held")
+    command = TableCommand(version=1, table=TableRef(table="held"), partitions=3)
+    with flight.connect(worker) as client:
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(bytes(command)))
+        client.do_get(info.endpoints[0].ticket).read_all()
+        run(capsys, "drop", "--worker", worker, "held")
+        with pytest.raises(pa.ArrowKeyError, match=r"no table 'flightfeed\.public\.held'"):
+            client.do_get(info.endpoints[1].ticket).read_all()
+        create_with_rows(capsys, worker, "held")
+        with pytest.raises(pa.ArrowKeyError, match="dropped after this read was planned"):
+            client.do_get(info.endpoints[2].ticket).read_all()

@@ -1867,6 +1867,13 @@ class TableTicket(betterproto2.Message):
     perhaps created again under its name) is refused.
     """
 
+    snapshot: "bytes" = betterproto2.field(5, betterproto2.TYPE_BYTES)
+    """
+    The snapshot every ticket of the FlightInfo reads (16 bytes; empty: the table as it is
+    when the ticket is read). The worker holds it a while after the last read, then the
+    ticket is refused (NOT_FOUND): plan the read again.
+    """
+
 
 default_message_pool.register_message("flightfeed.v1", "TableTicket", TableTicket)
 

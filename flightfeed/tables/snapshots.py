@@ -1,0 +1,253 @@
+"""Table snapshots held between a read's planning and its slices' reads.
+
+A FlightInfo of a table in several partitions hands out one ticket per slice of row ids, and
+its readers (Spark's tasks) redeem them one by one, maybe minutes apart. Read each as a
+transaction of its own and a write committed in between shows in some slices and not in
+others: across a Spark overwrite, rows of both versions came back. So the FlightInfo opens a
+snapshot here: a few DuckDB transactions that all see the table as it was planned
+(`TableStore.open_snapshot`); a ticket names its snapshot and runs its slice in one of them, a
+retried ticket included.
+
+A snapshot is released `ttl` seconds after its last read ended (or, unread, after it was
+opened), and sooner, the longest idle first, when `max_snapshots` are held and another read is
+planned: an open transaction keeps old row versions and holds off DuckDB's checkpoints. A
+ticket of a released snapshot is NOT_FOUND, asking for the read to be planned again; it never
+reads a later version of the table in its place.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+import anyio.to_thread
+import duckdb
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ..concurrency import Signal
+from ..errors import InvalidArgument, NotFound, ResourceExhausted
+from .store import TableName, TableStore
+
+log = logging.getLogger("flightfeed.tables")
+
+SNAPSHOT_ID_BYTES: Final = 16
+MAX_SNAPSHOTS: Final = 64
+MAX_SNAPSHOT_CURSORS: Final = 16
+"""Slices of one snapshot read at once; more readers wait for one of them to end."""
+DEFAULT_SNAPSHOT_TTL: Final = 300.0
+
+
+@dataclass(eq=False)
+class Snapshot:
+    """One planned read's view of a table: its transactions, lent to one slice's read each."""
+
+    id: bytes
+    name: TableName
+    table_id: int
+    top: int
+    """The table's highest row id in the snapshot (-1: empty): where the slices end."""
+    _lend: MemoryObjectSendStream[duckdb.DuckDBPyConnection]
+    _borrow: MemoryObjectReceiveStream[duckdb.DuckDBPyConnection]
+    cursors: int
+    """Transactions still usable (one whose query failed inside DuckDB is closed)."""
+    readers: int = 0
+    idle_since: float = field(default_factory=anyio.current_time)
+
+
+class TableSnapshots:
+    """The snapshots a worker's table reads hold. Run `expire_idle` for the worker's life and
+    `close` at its end."""
+
+    def __init__(
+        self,
+        store: TableStore,
+        *,
+        ttl: float = DEFAULT_SNAPSHOT_TTL,
+        max_snapshots: int = MAX_SNAPSHOTS,
+        max_cursors: int = MAX_SNAPSHOT_CURSORS,
+    ) -> None:
+        if max_snapshots < 1 or max_cursors < 1:
+            raise ValueError("a worker holds at least one snapshot of at least one cursor")
+        self.store = store
+        self.ttl = ttl
+        self.max_snapshots = max_snapshots
+        self.max_cursors = max_cursors
+        self._held: dict[bytes, Snapshot] = {}
+        self._idle: dict[bytes, Snapshot] = {}
+        """The held snapshots no slice is reading, the longest idle first."""
+        self._opening = 0
+        """Snapshots being opened (on a thread): they count against `max_snapshots` too."""
+        self._changed = Signal()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    async def open(self, name: TableName, table_id: int, slices: int) -> Snapshot:
+        """A snapshot of table `table_id` for a read in `slices` slices."""
+        while len(self._held) + self._opening >= self.max_snapshots:
+            if not self._idle:
+                raise ResourceExhausted(
+                    f"{len(self._held) + self._opening} table reads are being read at once on"
+                    f" this worker (at most {self.max_snapshots}); plan this read again once one"
+                    " has ended"
+                )
+            oldest = next(iter(self._idle.values()))
+            await self._release(oldest, "to make room for another read")
+        count = max(1, min(slices, self.max_cursors))
+        opening = self.store.open_snapshot
+        self._opening += 1
+        try:
+            # (shielded: transactions opened for a caller that left are still registered, and
+            # expire; not shielded, they would be open for good)
+            with anyio.CancelScope(shield=True):
+                top, cursors = await anyio.to_thread.run_sync(opening, name, table_id, count)
+        finally:
+            self._opening -= 1
+        lend, borrow = anyio.create_memory_object_stream[duckdb.DuckDBPyConnection](count)
+        for cursor in cursors:
+            lend.send_nowait(cursor)
+        snapshot = Snapshot(secrets.token_bytes(SNAPSHOT_ID_BYTES), name, table_id, top, lend,
+                            borrow, count)  # fmt: skip
+        self._held[snapshot.id] = snapshot
+        self._idle[snapshot.id] = snapshot
+        self._changed.notify()
+        return snapshot
+
+    @asynccontextmanager
+    async def lease(self, snapshot_id: bytes, table_id: int) -> AsyncIterator[Lease]:
+        """One of the snapshot's transactions, for one slice's read: waits while every one is
+        lent. NotFound once the snapshot was released."""
+        snapshot = self._held.get(snapshot_id)
+        if snapshot is None:
+            raise NotFound(_released(snapshot_id, self.ttl))
+        if snapshot.table_id != table_id:
+            raise InvalidArgument(
+                f"the ticket names table id {table_id}, its snapshot holds table id"
+                f" {snapshot.table_id}"
+            )
+        snapshot.readers += 1
+        self._idle.pop(snapshot_id, None)
+        try:
+            try:
+                cursor = await snapshot._borrow.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise NotFound(_released(snapshot_id, self.ttl)) from None
+            lease = Lease(snapshot, cursor)
+            try:
+                yield lease
+            except BaseException:
+                lease.failed = True  # (checked before it is lent again)
+                raise
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._give_back(snapshot, lease)
+        finally:
+            snapshot.readers -= 1
+            if snapshot.readers == 0 and snapshot.id in self._held:
+                snapshot.idle_since = anyio.current_time()
+                self._idle[snapshot.id] = snapshot
+                self._changed.notify()
+
+    async def expire_idle(self) -> None:
+        """Run for the worker's life: release each snapshot `ttl` after its reads ended."""
+        while True:
+            if not self._idle:
+                await self._changed.wait()
+                continue
+            oldest = next(iter(self._idle.values()))
+            wait = oldest.idle_since + self.ttl - anyio.current_time()
+            if wait > 0:
+                with anyio.move_on_after(wait):
+                    await self._changed.wait()
+                continue
+            await self._release(oldest, f"unread for {self.ttl:g}s")
+
+    async def changed(self) -> None:
+        """Wait for the next change: a snapshot opened, read, idle again or released."""
+        await self._changed.wait()
+
+    async def close(self) -> None:
+        """Release every snapshot (the worker is stopping, its reads have ended)."""
+        for snapshot in list(self._held.values()):
+            await self._release(snapshot, "the worker is stopping")
+
+    async def _give_back(self, snapshot: Snapshot, lease: Lease) -> None:
+        """The transaction back to its snapshot, unless DuckDB aborted it (a failed query
+        does) or the snapshot was released meanwhile: then it is closed."""
+        if lease.failed and not await anyio.to_thread.run_sync(_usable, lease.cursor):
+            snapshot.cursors -= 1
+            await anyio.to_thread.run_sync(lease.cursor.close)
+            if snapshot.cursors == 0 and snapshot.id in self._held:
+                await self._release(snapshot, "its transactions failed")
+            return
+        try:
+            snapshot._lend.send_nowait(lease.cursor)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await anyio.to_thread.run_sync(lease.cursor.close)
+
+    async def _release(self, snapshot: Snapshot, why: str) -> None:
+        """Forget the snapshot and close its idle transactions (a lent one is closed when its
+        read gives it back); waiting readers get NotFound."""
+        if self._held.pop(snapshot.id, None) is None:
+            return  # (released meanwhile: by another read making room, say)
+        self._idle.pop(snapshot.id, None)
+        snapshot._lend.close()
+        idle: list[duckdb.DuckDBPyConnection] = []
+        while True:
+            try:
+                idle.append(snapshot._borrow.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+        snapshot._borrow.close()
+        log.debug("released the snapshot of table %s read: %s", snapshot.name, why)
+        self._changed.notify()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_close_all, idle)
+
+
+@dataclass(eq=False)
+class Lease:
+    """A snapshot's transaction lent to one read; `failed` if the read did not end well (the
+    transaction is then checked before it is lent again)."""
+
+    snapshot: Snapshot
+    cursor: duckdb.DuckDBPyConnection
+    failed: bool = False
+
+
+def _usable(cursor: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the transaction still runs queries (DuckDB aborts one whose query failed)."""
+    try:
+        cursor.execute("SELECT 1").fetchall()
+    except duckdb.Error:
+        return False
+    return True
+
+
+def _close_all(cursors: list[duckdb.DuckDBPyConnection]) -> None:
+    for cursor in cursors:
+        cursor.close()
+
+
+def _released(snapshot_id: bytes, ttl: float) -> str:
+    return (
+        f"the snapshot this ticket reads ({snapshot_id.hex()[:8]}…) is no longer held: a read's"
+        f" snapshot is released {ttl:g}s after its last slice was read, or for newer reads, or"
+        " when the worker restarts. Plan the read again (GetFlightInfo)"
+    )
+
+
+__all__ = [
+    "DEFAULT_SNAPSHOT_TTL",
+    "MAX_SNAPSHOTS",
+    "MAX_SNAPSHOT_CURSORS",
+    "SNAPSHOT_ID_BYTES",
+    "Lease",
+    "Snapshot",
+    "TableSnapshots",
+]

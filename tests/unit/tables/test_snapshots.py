@@ -1,0 +1,232 @@
+"""Table snapshots (tables/snapshots.py) on a real DuckDB store: the slices of a read planned
+once see the table as it was planned, whatever commits between their reads; a released
+snapshot is refused, never read anew; the worker holds a bounded number of them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import duckdb
+import pyarrow as pa
+import pytest
+from anyio.abc import TaskStatus
+from anyio.lowlevel import checkpoint
+
+from flightfeed.errors import NotFound, ResourceExhausted
+from flightfeed.plan.base import closing
+from flightfeed.tables.engine import TableEngine, TableRead
+from flightfeed.tables.schema import TableSchema
+from flightfeed.tables.snapshots import Snapshot, TableSnapshots
+from flightfeed.tables.store import TableName
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA = TableSchema.from_arrow(
+    pa.schema([("ts", pa.timestamp("ms")), ("k", pa.int64()), ("v", pa.float64())]),
+    timestamp="ts",
+    tags=["k"],
+)
+T = TableName.of("versions")
+ROWS = 600
+
+
+def version(v: float, n: int = ROWS) -> pa.Table:
+    return pa.table(
+        {
+            "ts": pa.array(range(n), pa.timestamp("ms")),
+            "k": pa.array(range(n), pa.int64()),
+            "v": pa.array([v] * n),
+        }
+    )
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[TableEngine]:
+    opened = await TableEngine.open(None)
+    try:
+        await opened.create(T, SCHEMA)
+        await opened.write([(T, version(1.0))])
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+async def overwrite(engine: TableEngine, table: pa.Table, job: str) -> None:
+    """What a Spark write with mode overwrite commits: every row replaced."""
+    await engine.stage(T, job, 0, 1, table)
+    await engine.commit_staged(T, job, [(0, 1)], overwrite=True)
+
+
+async def read_slice(
+    engine: TableEngine,
+    snapshot: bytes,
+    rows: tuple[int, int],
+    *,
+    batch_size: int = 65_536,
+    table_id: int | None = None,
+) -> pa.Table:
+    """One ticket's read: of the table planned (`table_id`, by default the one named T)."""
+    table_id = engine.entry(T).id if table_id is None else table_id
+    read = TableRead(T, rowid_range=rows, table_id=table_id, batch_size=batch_size)
+    batches = [b async for b in engine.read(read, snapshot=snapshot)]
+    return pa.Table.from_batches(batches, schema=engine.read_schema(read))
+
+
+def planned(engine: TableEngine) -> TableRead:
+    return TableRead(T, table_id=engine.entry(T).id)
+
+
+async def test_every_slice_reads_the_table_as_it_was_planned(engine: TableEngine) -> None:
+    """Before, each ticket read the table as it was when read: across an overwrite between two
+    slices' reads, the rows of both versions came back (1,500 rows of 1,000 keys)."""
+    snapshot, slices = await engine.plan_slices(planned(engine), 3)
+    first = await read_slice(engine, snapshot, slices[0])
+    await overwrite(engine, version(2.0), "job-2")
+    await engine.write([(T, version(3.0, 2 * ROWS).slice(ROWS))])  # (new keys, new row ids)
+    rest = [await read_slice(engine, snapshot, rows) for rows in slices[1:]]
+    whole = pa.concat_tables([first, *rest])
+    assert sorted(whole.column("k").to_pylist()) == list(range(ROWS))
+    assert set(whole.column("v").to_pylist()) == {1.0}
+    again = await read_slice(engine, snapshot, slices[1])  # (a retried ticket)
+    assert again.equals(rest[0])
+    now = pa.Table.from_batches([b async for b in engine.read(TableRead(T))])
+    assert now.num_rows == 2 * ROWS
+    assert set(now.column("v").to_pylist()) == {2.0, 3.0}
+
+
+async def test_a_released_snapshot_is_refused_and_never_read_anew(engine: TableEngine) -> None:
+    snapshots = TableSnapshots(engine.store, ttl=0.05)
+    engine.snapshots = snapshots
+    snapshot, slices = await engine.plan_slices(planned(engine), 2)
+    await read_slice(engine, snapshot, slices[0])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(snapshots.expire_idle)
+        with anyio.fail_after(10):
+            while len(snapshots):
+                await snapshots.changed()
+        tg.cancel_scope.cancel()
+    with pytest.raises(NotFound, match=r"no longer held.*Plan the read again"):
+        await read_slice(engine, snapshot, slices[1])
+
+
+async def test_a_snapshot_being_read_is_not_released(engine: TableEngine) -> None:
+    """The TTL counts from the end of the last read: a slow reader keeps its snapshot."""
+    snapshots = TableSnapshots(engine.store, ttl=0.01)
+    opened = await snapshots.open(T, engine.entry(T).id, 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(snapshots.expire_idle)
+        async with snapshots.lease(opened.id, opened.table_id):
+            await anyio.sleep(0.2)  # (twenty TTLs with a read open: not waiting for state)
+            assert len(snapshots) == 1
+        with anyio.fail_after(10):
+            while len(snapshots):
+                await snapshots.changed()
+        tg.cancel_scope.cancel()
+
+
+async def test_at_the_cap_the_longest_idle_snapshot_makes_room(engine: TableEngine) -> None:
+    snapshots = TableSnapshots(engine.store, max_snapshots=2)
+    table_id = engine.entry(T).id
+    oldest, kept = [await snapshots.open(T, table_id, 2) for _ in range(2)]
+    async with snapshots.lease(oldest.id, table_id):
+        pass  # (read: now the latest idle)
+    newest = await snapshots.open(T, table_id, 2)
+    assert len(snapshots) == 2
+    with pytest.raises(NotFound, match="no longer held"):
+        async with snapshots.lease(kept.id, table_id):
+            pass
+    for snapshot in (oldest, newest):
+        async with snapshots.lease(snapshot.id, table_id) as lease:
+            assert await count_rows(engine, lease.cursor) == ROWS
+    await snapshots.close()
+
+
+async def test_at_the_cap_with_every_snapshot_being_read_a_new_read_is_refused(
+    engine: TableEngine,
+) -> None:
+    snapshots = TableSnapshots(engine.store, max_snapshots=1)
+    table_id = engine.entry(T).id
+    busy = await snapshots.open(T, table_id, 1)
+    async with snapshots.lease(busy.id, table_id):
+        with pytest.raises(ResourceExhausted, match=r"1 table reads are being read at once"):
+            await snapshots.open(T, table_id, 1)
+    await snapshots.open(T, table_id, 1)  # (idle now: it makes room)
+    await snapshots.close()
+
+
+async def test_readers_past_its_transactions_wait_for_one(engine: TableEngine) -> None:
+    snapshots = TableSnapshots(engine.store, max_cursors=1)
+    table_id = engine.entry(T).id
+    snapshot = await snapshots.open(T, table_id, 4)
+    assert snapshot.cursors == 1
+    second_in = anyio.Event()
+
+    async def second(*, task_status: TaskStatus[None]) -> None:
+        task_status.started()
+        async with snapshots.lease(snapshot.id, table_id):
+            second_in.set()
+
+    async with anyio.create_task_group() as tg:
+        async with snapshots.lease(snapshot.id, table_id):
+            await tg.start(second)
+            for _ in range(20):
+                await checkpoint()
+            assert not second_in.is_set()
+        with anyio.fail_after(10):
+            await second_in.wait()
+    await snapshots.close()
+
+
+async def test_a_failed_query_closes_its_transaction_and_the_others_read_on(
+    engine: TableEngine,
+) -> None:
+    """DuckDB aborts a transaction whose query failed: it is closed, not lent again."""
+    snapshots = TableSnapshots(engine.store)
+    table_id = engine.entry(T).id
+    snapshot = await snapshots.open(T, table_id, 2)
+    await fail_a_query(snapshots, snapshot)
+    assert snapshot.cursors == 1
+    for _ in range(2):
+        async with snapshots.lease(snapshot.id, table_id) as lease:
+            assert await count_rows(engine, lease.cursor) == ROWS
+    await fail_a_query(snapshots, snapshot)
+    assert len(snapshots) == 0  # (its last transaction failed)
+    with pytest.raises(NotFound, match="no longer held"):
+        async with snapshots.lease(snapshot.id, table_id):
+            pass
+
+
+async def test_a_read_left_early_lends_its_transaction_again(engine: TableEngine) -> None:
+    engine.snapshots = TableSnapshots(engine.store, max_cursors=1)
+    snapshot, slices = await engine.plan_slices(planned(engine), 2)
+    read = TableRead(T, rowid_range=slices[0], table_id=engine.entry(T).id, batch_size=10)
+    async with closing(engine.read(read, snapshot=snapshot)) as batches:
+        async for _ in batches:
+            break  # (closed at the first batch, its scan's result pending)
+    whole = [await read_slice(engine, snapshot, rows, batch_size=10) for rows in slices]
+    assert sum(t.num_rows for t in whole) == ROWS
+
+
+async def test_a_table_dropped_under_its_snapshot_is_not_found(engine: TableEngine) -> None:
+    table_id = engine.entry(T).id
+    snapshot, slices = await engine.plan_slices(planned(engine), 2)
+    await engine.drop(T)  # (DuckDB drops it with the snapshot's transactions open)
+    with pytest.raises(NotFound, match=r"no table 'flightfeed\.public\.versions'"):
+        await read_slice(engine, snapshot, slices[0], table_id=table_id)
+    await engine.create(T, SCHEMA)
+    with pytest.raises(NotFound, match="dropped after this read was planned"):
+        await read_slice(engine, snapshot, slices[0], table_id=table_id)
+
+
+async def fail_a_query(snapshots: TableSnapshots, snapshot: Snapshot) -> None:
+    with pytest.raises(duckdb.InvalidInputException):
+        async with snapshots.lease(snapshot.id, snapshot.table_id) as lease:
+            await anyio.to_thread.run_sync(lambda: lease.cursor.execute("SELECT error('x')"))
+
+
+async def count_rows(engine: TableEngine, cursor: duckdb.DuckDBPyConnection) -> int:
+    """The rows of T a snapshot's transaction sees."""
+    sql = f"SELECT count(*) FROM {engine.entry(T).physical}"
+    (count,) = await anyio.to_thread.run_sync(lambda: cursor.execute(sql).fetchone())  # type: ignore[misc]
+    return int(count)
