@@ -8,7 +8,6 @@ Everything the services (remote engine, Flight) and the plan's TableScan need go
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -31,11 +30,8 @@ from .datafusion_floats import PredicateFunctions
 from .options import TableOptions
 from .predicate import split_predicates
 from .schema import TableSchema
-from .snapshots import DEFAULT_SNAPSHOT_TTL, TableSnapshots
+from .snapshots import DEFAULT_SNAPSHOT_GRACE, DEFAULT_SNAPSHOT_TTL, RowIds, TableSnapshots
 from .store import Order, ScanSpec, TableEntry, TableName, TableStore
-
-RowIds = tuple[int, int]
-"""[lo, hi) of DuckDB row ids: one slice of a table read."""
 
 log = logging.getLogger("flightfeed.tables")
 
@@ -90,9 +86,15 @@ class TableRead:
 class TableEngine:
     """`engine = await TableEngine.open(data_dir)`; `await engine.aclose()` when done."""
 
-    def __init__(self, store: TableStore, *, snapshot_ttl: float = DEFAULT_SNAPSHOT_TTL) -> None:
+    def __init__(
+        self,
+        store: TableStore,
+        *,
+        snapshot_ttl: float = DEFAULT_SNAPSHOT_TTL,
+        snapshot_grace: float = DEFAULT_SNAPSHOT_GRACE,
+    ) -> None:
         self.store = store
-        self.snapshots = TableSnapshots(store, ttl=snapshot_ttl)
+        self.snapshots = TableSnapshots(store, ttl=snapshot_ttl, grace=snapshot_grace)
         """The snapshots of reads planned in slices (`plan_slices`); run its `expire_idle`."""
 
     @classmethod
@@ -102,9 +104,11 @@ class TableEngine:
         *,
         memory_limit: int | None = None,
         snapshot_ttl: float = DEFAULT_SNAPSHOT_TTL,
+        snapshot_grace: float = DEFAULT_SNAPSHOT_GRACE,
     ) -> TableEngine:
         opening = partial(TableStore.open, data_dir, memory_limit=memory_limit)
-        return cls(await anyio.to_thread.run_sync(opening), snapshot_ttl=snapshot_ttl)
+        store = await anyio.to_thread.run_sync(opening)
+        return cls(store, snapshot_ttl=snapshot_ttl, snapshot_grace=snapshot_grace)
 
     async def aclose(self) -> None:
         await self.snapshots.close()
@@ -159,8 +163,7 @@ class TableEngine:
         if read.table_id is None:
             raise ValueError("a read planned in slices names its table id")
         snapshot = await self.snapshots.open(read.name, read.table_id, slices)
-        bounds = [(snapshot.top + 1) * i // slices for i in range(slices + 1)]
-        return snapshot.id, list(itertools.pairwise(bounds))
+        return snapshot.id, snapshot.slices
 
     async def max_rowid(self, name: TableName, table_id: int | None = None) -> int:
         """The table's highest row id (-1 when empty): where parallel slices end (`table_id`: of
@@ -257,7 +260,13 @@ class TableEngine:
         async with AsyncExitStack() as stack:
             parallelism = max(1, min(read.parallelism, MAX_READ_PARALLELISM))
             if snapshot is not None:
-                lease = await stack.enter_async_context(self.snapshots.lease(snapshot, entry.id))
+                rows = read.rowid_range
+                if rows is None:
+                    raise ValueError("a read of a snapshot is of one of its slices")
+                if rows[0] >= rows[1]:
+                    return  # (an empty slice: no row, in any version)
+                leasing = self.snapshots.lease(snapshot, entry.id, rows)
+                lease = await stack.enter_async_context(leasing)
                 scan_in = self.store.scan_in
                 readers = [await self._run(scan_in, lease.cursor, entry.name, spec, entry.id)]
             elif parallelism == 1 or read.order != "none" or read.rowid_range is not None:

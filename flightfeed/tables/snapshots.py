@@ -8,15 +8,20 @@ snapshot here: a few DuckDB transactions that all see the table as it was planne
 (`TableStore.open_snapshot`); a ticket names its snapshot and runs its slice in one of them, a
 retried ticket included.
 
-A snapshot is released `ttl` seconds after its last read ended (or, unread, after it was
-opened), and sooner, the longest idle first, when `max_snapshots` are held and another read is
-planned: an open transaction keeps old row versions and holds off DuckDB's checkpoints. A
-ticket of a released snapshot is NOT_FOUND, asking for the read to be planned again; it never
-reads a later version of the table in its place.
+Held snapshots are not free: while one is open, DuckDB keeps the row versions it sees, and
+writes that replace rows (an overwrite, an upsert of keys) hold off its checkpoints, so the
+write-ahead log and memory grow with what is written meanwhile. So a snapshot is released as
+soon as every slice was read to its end (or `grace` seconds after, time for Spark to retry a
+task that failed after its read), `ttl` seconds after its last read ended while slices are
+still unread (a `show()` reads only a few; a task that failed midway is retried), and sooner,
+the one due first, when `max_snapshots` are held and another read is planned. A ticket of a
+released snapshot is NOT_FOUND, asking for the read to be planned again; it never reads a
+later version of the table in its place.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -39,7 +44,14 @@ SNAPSHOT_ID_BYTES: Final = 16
 MAX_SNAPSHOTS: Final = 64
 MAX_SNAPSHOT_CURSORS: Final = 16
 """Slices of one snapshot read at once; more readers wait for one of them to end."""
-DEFAULT_SNAPSHOT_TTL: Final = 300.0
+DEFAULT_SNAPSHOT_TTL: Final = 60.0
+DEFAULT_SNAPSHOT_GRACE: Final = 0.0
+"""Reads come back to back: a grace longer than the time between them keeps some snapshot
+held for good, and DuckDB's checkpoints waiting (measured: a 450 MB log in 30 s of overwrites
+under reads, with 5 s)."""
+
+RowIds = tuple[int, int]
+"""[lo, hi) of DuckDB row ids: one slice of a table read."""
 
 
 @dataclass(eq=False)
@@ -49,14 +61,20 @@ class Snapshot:
     id: bytes
     name: TableName
     table_id: int
-    top: int
-    """The table's highest row id in the snapshot (-1: empty): where the slices end."""
+    slices: list[RowIds]
+    """The row ids of each slice: together, every row of the snapshot."""
     _lend: MemoryObjectSendStream[duckdb.DuckDBPyConnection]
     _borrow: MemoryObjectReceiveStream[duckdb.DuckDBPyConnection]
     cursors: int
     """Transactions still usable (one whose query failed inside DuckDB is closed)."""
+    unread: set[RowIds] = field(init=False)
+    """The slices with rows not read to their end yet (an empty one, of a table with fewer
+    rows than slices, has nothing to read: it needs no snapshot)."""
     readers: int = 0
     idle_since: float = field(default_factory=anyio.current_time)
+
+    def __post_init__(self) -> None:
+        self.unread = {(lo, hi) for lo, hi in self.slices if lo < hi}
 
 
 class TableSnapshots:
@@ -68,6 +86,7 @@ class TableSnapshots:
         store: TableStore,
         *,
         ttl: float = DEFAULT_SNAPSHOT_TTL,
+        grace: float = DEFAULT_SNAPSHOT_GRACE,
         max_snapshots: int = MAX_SNAPSHOTS,
         max_cursors: int = MAX_SNAPSHOT_CURSORS,
     ) -> None:
@@ -75,11 +94,12 @@ class TableSnapshots:
             raise ValueError("a worker holds at least one snapshot of at least one cursor")
         self.store = store
         self.ttl = ttl
+        self.grace = grace
         self.max_snapshots = max_snapshots
         self.max_cursors = max_cursors
         self._held: dict[bytes, Snapshot] = {}
         self._idle: dict[bytes, Snapshot] = {}
-        """The held snapshots no slice is reading, the longest idle first."""
+        """The held snapshots no slice is reading."""
         self._opening = 0
         """Snapshots being opened (on a thread): they count against `max_snapshots` too."""
         self._changed = Signal()
@@ -88,16 +108,18 @@ class TableSnapshots:
         return len(self._held)
 
     async def open(self, name: TableName, table_id: int, slices: int) -> Snapshot:
-        """A snapshot of table `table_id` for a read in `slices` slices."""
+        """A snapshot of table `table_id` for a read in `slices` slices of its row ids."""
+        if slices < 1:
+            raise ValueError(f"a read has at least one slice, got {slices}")
         while len(self._held) + self._opening >= self.max_snapshots:
-            if not self._idle:
+            due = self._first_due()
+            if due is None:
                 raise ResourceExhausted(
                     f"{len(self._held) + self._opening} table reads are being read at once on"
                     f" this worker (at most {self.max_snapshots}); plan this read again once one"
                     " has ended"
                 )
-            oldest = next(iter(self._idle.values()))
-            await self._release(oldest, "to make room for another read")
+            await self._release(due, "to make room for another read")
         count = max(1, min(slices, self.max_cursors))
         opening = self.store.open_snapshot
         self._opening += 1
@@ -111,7 +133,9 @@ class TableSnapshots:
         lend, borrow = anyio.create_memory_object_stream[duckdb.DuckDBPyConnection](count)
         for cursor in cursors:
             lend.send_nowait(cursor)
-        snapshot = Snapshot(secrets.token_bytes(SNAPSHOT_ID_BYTES), name, table_id, top, lend,
+        bounds = [(top + 1) * i // slices for i in range(slices + 1)]
+        ranges = list(itertools.pairwise(bounds))
+        snapshot = Snapshot(secrets.token_bytes(SNAPSHOT_ID_BYTES), name, table_id, ranges, lend,
                             borrow, count)  # fmt: skip
         self._held[snapshot.id] = snapshot
         self._idle[snapshot.id] = snapshot
@@ -119,12 +143,13 @@ class TableSnapshots:
         return snapshot
 
     @asynccontextmanager
-    async def lease(self, snapshot_id: bytes, table_id: int) -> AsyncIterator[Lease]:
-        """One of the snapshot's transactions, for one slice's read: waits while every one is
-        lent. NotFound once the snapshot was released."""
+    async def lease(self, snapshot_id: bytes, table_id: int, rows: RowIds) -> AsyncIterator[Lease]:
+        """One of the snapshot's transactions, for the read of slice `rows`: waits while every
+        one is lent. NotFound once the snapshot was released. Left without an error, the slice
+        counts as read."""
         snapshot = self._held.get(snapshot_id)
         if snapshot is None:
-            raise NotFound(_released(snapshot_id, self.ttl))
+            raise NotFound(_released(snapshot_id, self.ttl, self.grace))
         if snapshot.table_id != table_id:
             raise InvalidArgument(
                 f"the ticket names table id {table_id}, its snapshot holds table id"
@@ -136,13 +161,15 @@ class TableSnapshots:
             try:
                 cursor = await snapshot._borrow.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise NotFound(_released(snapshot_id, self.ttl)) from None
+                raise NotFound(_released(snapshot_id, self.ttl, self.grace)) from None
             lease = Lease(snapshot, cursor)
             try:
                 yield lease
             except BaseException:
                 lease.failed = True  # (checked before it is lent again)
                 raise
+            else:
+                snapshot.unread.discard(rows)
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._give_back(snapshot, lease)
@@ -152,20 +179,30 @@ class TableSnapshots:
                 snapshot.idle_since = anyio.current_time()
                 self._idle[snapshot.id] = snapshot
                 self._changed.notify()
+                if not snapshot.unread and self.grace <= 0:  # (released before the read's end
+                    with anyio.CancelScope(shield=True):  # reaches its reader)
+                        await self._release(snapshot, "read")
 
     async def expire_idle(self) -> None:
-        """Run for the worker's life: release each snapshot `ttl` after its reads ended."""
+        """Run for the worker's life: release each snapshot when it is due (module doc)."""
         while True:
-            if not self._idle:
+            due = self._first_due()
+            if due is None:
                 await self._changed.wait()
                 continue
-            oldest = next(iter(self._idle.values()))
-            wait = oldest.idle_since + self.ttl - anyio.current_time()
+            wait = self._due_at(due) - anyio.current_time()
             if wait > 0:
                 with anyio.move_on_after(wait):
                     await self._changed.wait()
                 continue
-            await self._release(oldest, f"unread for {self.ttl:g}s")
+            await self._release(due, "read" if not due.unread else f"unread for {self.ttl:g}s")
+
+    def _due_at(self, snapshot: Snapshot) -> float:
+        return snapshot.idle_since + (self.ttl if snapshot.unread else self.grace)
+
+    def _first_due(self) -> Snapshot | None:
+        """The idle snapshot to be released first (None: every one is being read)."""
+        return min(self._idle.values(), key=self._due_at, default=None)
 
     async def changed(self) -> None:
         """Wait for the next change: a snapshot opened, read, idle again or released."""
@@ -234,20 +271,23 @@ def _close_all(cursors: list[duckdb.DuckDBPyConnection]) -> None:
         cursor.close()
 
 
-def _released(snapshot_id: bytes, ttl: float) -> str:
+def _released(snapshot_id: bytes, ttl: float, grace: float) -> str:
     return (
         f"the snapshot this ticket reads ({snapshot_id.hex()[:8]}…) is no longer held: a read's"
-        f" snapshot is released {ttl:g}s after its last slice was read, or for newer reads, or"
-        " when the worker restarts. Plan the read again (GetFlightInfo)"
+        f" snapshot is released {grace:g}s after each of its endpoints was read, {ttl:g}s after"
+        " the last read while some are unread, sooner when many reads are held, and when the"
+        " worker restarts. Plan the read again (GetFlightInfo)"
     )
 
 
 __all__ = [
+    "DEFAULT_SNAPSHOT_GRACE",
     "DEFAULT_SNAPSHOT_TTL",
     "MAX_SNAPSHOTS",
     "MAX_SNAPSHOT_CURSORS",
     "SNAPSHOT_ID_BYTES",
     "Lease",
+    "RowIds",
     "Snapshot",
     "TableSnapshots",
 ]

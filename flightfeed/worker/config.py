@@ -14,7 +14,7 @@ from ..flight.shared_memory import DEFAULT_DIRECTORY as DEFAULT_SHARED_MEMORY_DI
 from ..flight.tls import ClientTls, ServerTls
 from ..plan.memory import default_memory_limit
 from ..tables.payload import CompressionMode
-from ..tables.snapshots import DEFAULT_SNAPSHOT_TTL
+from ..tables.snapshots import DEFAULT_SNAPSHOT_GRACE, DEFAULT_SNAPSHOT_TTL
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,10 @@ class WorkerConfig:
         "always" or "never".
     table_purge_interval: seconds between deletions of rows a table's TTL has expired (reads
         never return them either way).
-    table_snapshot_ttl: seconds a table read planned in several partitions keeps its snapshot
-        after its last partition was read (its tickets are refused after: tables/snapshots.py).
+    table_snapshot_grace, table_snapshot_ttl: a table read planned in several partitions holds
+        one snapshot for them (tables/snapshots.py), released `grace` seconds after every one
+        was read, or `ttl` seconds after the last read while some are unread; its tickets are
+        refused after.
     table_plan_slots: plans pushed down to the tables (ExecutePhysicalPlan) that run at once;
         more wait, high priority first.
     tls: serve over TLS with this certificate (`grpc+tls://` locations); with a client CA,
@@ -103,6 +105,7 @@ class WorkerConfig:
     table_compression: CompressionMode = "auto"
     table_purge_interval: float = 600.0
     table_snapshot_ttl: float = DEFAULT_SNAPSHOT_TTL
+    table_snapshot_grace: float = DEFAULT_SNAPSHOT_GRACE
     tls: ServerTls | None = None
     peer_tls: ClientTls | None = None
     auth: Authenticator | None = None
@@ -149,3 +152,5 @@ class WorkerConfig:
             raise ValueError("WorkerConfig.table_purge_interval must be positive")
         if not self.table_snapshot_ttl > 0:
             raise ValueError("WorkerConfig.table_snapshot_ttl must be positive")
+        if not self.table_snapshot_grace >= 0:
+            raise ValueError("WorkerConfig.table_snapshot_grace must not be negative")

@@ -135,6 +135,7 @@ class Worker:
                     None if data_dir == ":memory:" else data_dir,
                     memory_limit=None if limit is None else limit // TABLE_STORE_MEMORY_SHARE,
                     snapshot_ttl=self.config.table_snapshot_ttl,
+                    snapshot_grace=self.config.table_snapshot_grace,
                 )
                 stack.push_async_callback(tables.aclose)
                 self.state.tables = tables
