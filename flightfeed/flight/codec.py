@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import pyarrow as pa
 
@@ -226,6 +227,13 @@ def decode_flight_data(data: bytes | memoryview) -> FlightDataView:
     return FlightDataView(descriptor, header, app_metadata, body)
 
 
+_ALIGNED: Final = pa.ipc.IpcReadOptions(ensure_alignment=pa.ipc.Alignment.DataTypeSpecific)
+"""A large body is read where it arrived (not copied), at whatever offset its protobuf framing
+left it: a buffer not aligned for its type is copied to one that is. Acero warns on every
+unaligned input ("could lead to crashes or poor performance") and DuckDB scans Arrow tables
+through it: each large DoPut from pyarrow's client printed three such warnings."""
+
+
 class FlightDataDecoder:
     """Turns a stream of FlightData views back into record batches.
 
@@ -292,7 +300,7 @@ class FlightDataDecoder:
         schema = pa.ipc.read_schema(_encapsulated(message.header, message.body))
         if any(_has_dictionary(field.type) for field in schema):
             self._feed.push(message.header, message.body)
-            self._reader = pa.ipc.open_stream(self._feed)
+            self._reader = pa.ipc.open_stream(self._feed, options=_ALIGNED)
             self.schema = self._reader.schema
         else:
             self._schema_header = bytes(message.header)
@@ -305,7 +313,7 @@ class FlightDataDecoder:
         if self._reader is None:  # a plain stream's first large batch
             assert self._schema_header is not None
             self._feed.push(memoryview(self._schema_header), memoryview(b""))
-            self._reader = pa.ipc.open_stream(self._feed)
+            self._reader = pa.ipc.open_stream(self._feed, options=_ALIGNED)
         self._feed.push(message.header, message.body)
         batch = self._reader.read_next_batch()
         if self._feed.pending:
