@@ -165,11 +165,6 @@ class TableEngine:
         snapshot = await self.snapshots.open(read.name, read.table_id, slices)
         return snapshot.id, snapshot.slices
 
-    async def max_rowid(self, name: TableName, table_id: int | None = None) -> int:
-        """The table's highest row id (-1 when empty): where parallel slices end (`table_id`: of
-        that table only, NotFound once it is dropped)."""
-        return await self._run(self.store.max_rowid, name, table_id)
-
     async def row_count(self, name: TableName) -> int:
         return await self._run(self.store.row_count, name)
 
