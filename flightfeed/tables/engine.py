@@ -30,7 +30,14 @@ from .datafusion_floats import PredicateFunctions
 from .options import TableOptions
 from .predicate import split_predicates
 from .schema import TableSchema
-from .snapshots import DEFAULT_SNAPSHOT_GRACE, DEFAULT_SNAPSHOT_TTL, RowIds, TableSnapshots
+from .snapshots import (
+    DEFAULT_SNAPSHOT_GRACE,
+    DEFAULT_SNAPSHOT_TTL,
+    RowIds,
+    Snapshot,
+    SnapshotRef,
+    TableSnapshots,
+)
 from .store import Order, ScanSpec, TableEntry, TableName, TableStore
 
 log = logging.getLogger("flightfeed.tables")
@@ -156,14 +163,13 @@ class TableEngine:
     async def purge_expired(self) -> int:
         return await self._run(self.store.purge_expired)
 
-    async def plan_slices(self, read: TableRead, slices: int) -> tuple[bytes, list[RowIds]]:
-        """A read of table `read.table_id` planned as `slices` row-id ranges that are read
-        later, each with `read(..., snapshot=...)`: the snapshot they all read, and the ranges
-        (which cover every row of the snapshot)."""
+    async def plan_slices(self, read: TableRead, slices: int) -> Snapshot:
+        """A read of table `read.table_id` planned as `slices` row-id ranges (`.slices`, which
+        cover every row of the snapshot) that are read later, each with
+        `read(..., snapshot=snapshot.ref)`."""
         if read.table_id is None:
             raise ValueError("a read planned in slices names its table id")
-        snapshot = await self.snapshots.open(read.name, read.table_id, slices)
-        return snapshot.id, snapshot.slices
+        return await self.snapshots.open(read.name, read.table_id, slices)
 
     async def row_count(self, name: TableName) -> int:
         return await self._run(self.store.row_count, name)
@@ -216,10 +222,11 @@ class TableEngine:
         return pa.schema([schema.column(c).field for c in read.columns])
 
     async def read(
-        self, read: TableRead, *, snapshot: bytes | None = None
+        self, read: TableRead, *, snapshot: SnapshotRef | None = None
     ) -> AsyncIterator[pa.RecordBatch]:
         """The rows, batch by batch (empty batches skipped); with `snapshot`, as the table was
-        when `plan_slices` planned the read (NotFound once that snapshot is released)."""
+        when `plan_slices` planned the read (once that snapshot is released, NotFound unless
+        no write has committed since: tables/snapshots.py)."""
         read = read.checked()
         entry = self._entry_of(read)
         table_schema = entry.schema.arrow
@@ -260,10 +267,7 @@ class TableEngine:
                     raise ValueError("a read of a snapshot is of one of its slices")
                 if rows[0] >= rows[1]:
                     return  # (an empty slice: no row, in any version)
-                leasing = self.snapshots.lease(snapshot, entry.id, rows)
-                lease = await stack.enter_async_context(leasing)
-                scan_in = self.store.scan_in
-                readers = [await self._run(scan_in, lease.cursor, entry.name, spec, entry.id)]
+                readers = [await self._snapshot_scan(stack, snapshot, entry, spec, rows)]
             elif parallelism == 1 or read.order != "none" or read.rowid_range is not None:
                 readers = [await self._run(self.store.scan, entry.name, spec, entry.id)]
             else:  # (every slice of the one snapshot: store.scan_slices)
@@ -277,6 +281,30 @@ class TableEngine:
             finally:
                 for reader in readers:
                     reader.close()
+
+    async def _snapshot_scan(
+        self,
+        stack: AsyncExitStack,
+        snapshot: SnapshotRef,
+        entry: TableEntry,
+        spec: ScanSpec,
+        rows: RowIds,
+    ) -> pa.RecordBatchReader:
+        """The scan of one slice of `snapshot`: in one of its transactions while it is held,
+        else of the table as it is now if the store has not changed since (the same rows)."""
+        try:
+            lease = await stack.enter_async_context(
+                self.snapshots.lease(snapshot.id, entry.id, rows)
+            )
+        except NotFound:
+            if not snapshot.version:
+                raise
+            unchanged = self.store.scan_unchanged
+            reader = await self._run(unchanged, entry.name, spec, entry.id, snapshot.version)
+            if reader is None:
+                raise self.snapshots.released(snapshot.id, changed=True) from None
+            return reader
+        return await self._run(self.store.scan_in, lease.cursor, entry.name, spec, entry.id)
 
     def _entry_of(self, read: TableRead) -> TableEntry:
         entry = self.entry(read.name)

@@ -51,8 +51,8 @@ from ..plan.expr_proto import expr_from_proto
 from .engine import TableEngine, TableRead
 from .predicate import split_predicates
 from .schema import TableSchema
-from .snapshots import SNAPSHOT_ID_BYTES
-from .store import PUT_JOB_PREFIX, TableName
+from .snapshots import SNAPSHOT_ID_BYTES, SnapshotRef
+from .store import PUT_JOB_PREFIX, STORE_VERSION_BYTES, TableName
 
 TABLE_TICKET_PREFIX: Final = b"flightfeed-table:"
 """Starts every table ticket. An ExecuteTask ticket never does: 'f' is not a protobuf key."""
@@ -155,11 +155,35 @@ def parsed(command: TableCommand) -> ParsedCommand:
     return ParsedCommand(read, partitions, command.staged)
 
 
-def _ticket(command: TableCommand, start: int, end: int, table_id: int, snapshot: bytes) -> bytes:
+def _ticket(
+    command: TableCommand, start: int, end: int, table_id: int, snapshot: SnapshotRef | None
+) -> bytes:
     ticket = TableTicket(
-        command=command, rowid_start=start, rowid_end=end, table_id=table_id, snapshot=snapshot
+        command=command,
+        rowid_start=start,
+        rowid_end=end,
+        table_id=table_id,
+        snapshot=b"" if snapshot is None else snapshot.id,
+        snapshot_version=b"" if snapshot is None else snapshot.version,
     )
     return TABLE_TICKET_PREFIX + bytes(ticket)
+
+
+def _snapshot_of(ticket: TableTicket) -> SnapshotRef | None:
+    if not ticket.snapshot:
+        if ticket.snapshot_version:
+            raise InvalidArgument("a table ticket's snapshot_version goes with its snapshot")
+        return None
+    if ticket.table_id is None or len(ticket.snapshot) != SNAPSHOT_ID_BYTES:
+        raise InvalidArgument(
+            f"a table ticket's snapshot is {SNAPSHOT_ID_BYTES} bytes, with its table id"
+        )
+    if ticket.snapshot_version and len(ticket.snapshot_version) != STORE_VERSION_BYTES:
+        raise InvalidArgument(
+            f"a table ticket's snapshot_version is {STORE_VERSION_BYTES} bytes, got"
+            f" {len(ticket.snapshot_version)}"
+        )
+    return SnapshotRef(ticket.snapshot, ticket.snapshot_version)
 
 
 def is_table_ticket(ticket: bytes) -> bool:
@@ -188,10 +212,11 @@ class TableFlight:
         as_command = _as_command(descriptor, command)
         as_command.columns = list(schema.names)
         as_command.no_columns = not schema.names
-        if command.partitions == 1:  # (one ticket, one transaction: no snapshot to hold)
-            snapshot, slices = b"", [(0, -1)]
-        else:  # (the slices' reads see the table as it is now: tables/snapshots.py)
-            snapshot, slices = await engine.plan_slices(read, command.partitions)
+        snapshot: SnapshotRef | None = None
+        slices = [(0, -1)]  # (one ticket, one transaction: no snapshot to hold)
+        if command.partitions > 1:  # (the slices' reads see the table as it is now)
+            planned = await engine.plan_slices(read, command.partitions)
+            snapshot, slices = planned.ref, planned.slices
         location = [Location(uri=self.location())]
         endpoints = [
             FlightEndpoint(
@@ -222,11 +247,7 @@ class TableFlight:
         if found.rowid_start < 0 or end < found.rowid_start:
             raise InvalidArgument(f"bad row id range [{found.rowid_start}, {found.rowid_end})")
         read = replace(read, rowid_range=(found.rowid_start, end), table_id=found.table_id)
-        snapshot = found.snapshot or None
-        if snapshot is not None and (found.table_id is None or len(snapshot) != SNAPSHOT_ID_BYTES):
-            raise InvalidArgument(
-                f"a table ticket's snapshot is {SNAPSHOT_ID_BYTES} bytes, with its table id"
-            )
+        snapshot = _snapshot_of(found)
         await writer.begin(engine.read_schema(read))
         async for batch in engine.read(read, snapshot=snapshot):
             await writer.write(batch)

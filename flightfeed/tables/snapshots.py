@@ -14,9 +14,13 @@ write-ahead log and memory grow with what is written meanwhile. So a snapshot is
 soon as every slice was read to its end (or `grace` seconds after, time for Spark to retry a
 task that failed after its read), `ttl` seconds after its last read ended while slices are
 still unread (a `show()` reads only a few; a task that failed midway is retried), and sooner,
-the one due first, when `max_snapshots` are held and another read is planned. A ticket of a
-released snapshot is NOT_FOUND, asking for the read to be planned again; it never reads a
-later version of the table in its place.
+the one due first, when `max_snapshots` are held and another read is planned.
+
+A released snapshot's slice is still read while the store is at the version it was opened at
+(no write since: the same rows under the same row ids, `TableStore.scan_unchanged`): Spark
+retrying a task after its read, or recomputing a lost stage or an evicted cached partition,
+reads again what it read. Once a write has committed, its ticket is NOT_FOUND, asking for the
+read to be planned again; it never reads a later version of the table in its place.
 """
 
 from __future__ import annotations
@@ -54,11 +58,22 @@ RowIds = tuple[int, int]
 """[lo, hi) of DuckDB row ids: one slice of a table read."""
 
 
+@dataclass(frozen=True)
+class SnapshotRef:
+    """What a ticket names of its snapshot: its id, and the store's version when it was opened
+    (empty: unknown, and then a released snapshot is not read again)."""
+
+    id: bytes
+    version: bytes = b""
+
+
 @dataclass(eq=False)
 class Snapshot:
     """One planned read's view of a table: its transactions, lent to one slice's read each."""
 
     id: bytes
+    version: bytes
+    """The store's version when the snapshot was opened (`TableStore.version`)."""
     name: TableName
     table_id: int
     slices: list[RowIds]
@@ -75,6 +90,10 @@ class Snapshot:
 
     def __post_init__(self) -> None:
         self.unread = {(lo, hi) for lo, hi in self.slices if lo < hi}
+
+    @property
+    def ref(self) -> SnapshotRef:
+        return SnapshotRef(self.id, self.version)
 
 
 class TableSnapshots:
@@ -127,7 +146,9 @@ class TableSnapshots:
             # (shielded: transactions opened for a caller that left are still registered, and
             # expire; not shielded, they would be open for good)
             with anyio.CancelScope(shield=True):
-                top, cursors = await anyio.to_thread.run_sync(opening, name, table_id, count)
+                top, cursors, version = await anyio.to_thread.run_sync(
+                    opening, name, table_id, count
+                )
         finally:
             self._opening -= 1
         lend, borrow = anyio.create_memory_object_stream[duckdb.DuckDBPyConnection](count)
@@ -135,8 +156,8 @@ class TableSnapshots:
             lend.send_nowait(cursor)
         bounds = [(top + 1) * i // slices for i in range(slices + 1)]
         ranges = list(itertools.pairwise(bounds))
-        snapshot = Snapshot(secrets.token_bytes(SNAPSHOT_ID_BYTES), name, table_id, ranges, lend,
-                            borrow, count)  # fmt: skip
+        snapshot = Snapshot(secrets.token_bytes(SNAPSHOT_ID_BYTES), version, name, table_id,
+                            ranges, lend, borrow, count)  # fmt: skip
         self._held[snapshot.id] = snapshot
         self._idle[snapshot.id] = snapshot
         self._changed.notify()
@@ -145,11 +166,11 @@ class TableSnapshots:
     @asynccontextmanager
     async def lease(self, snapshot_id: bytes, table_id: int, rows: RowIds) -> AsyncIterator[Lease]:
         """One of the snapshot's transactions, for the read of slice `rows`: waits while every
-        one is lent. NotFound once the snapshot was released. Left without an error, the slice
-        counts as read."""
+        one is lent. NotFound once the snapshot was released (`released`). Left without an
+        error, the slice counts as read."""
         snapshot = self._held.get(snapshot_id)
         if snapshot is None:
-            raise NotFound(_released(snapshot_id, self.ttl, self.grace))
+            raise self.released(snapshot_id)
         if snapshot.table_id != table_id:
             raise InvalidArgument(
                 f"the ticket names table id {table_id}, its snapshot holds table id"
@@ -161,7 +182,7 @@ class TableSnapshots:
             try:
                 cursor = await snapshot._borrow.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise NotFound(_released(snapshot_id, self.ttl, self.grace)) from None
+                raise self.released(snapshot_id) from None
             lease = Lease(snapshot, cursor)
             try:
                 yield lease
@@ -182,6 +203,22 @@ class TableSnapshots:
                 if not snapshot.unread and self.grace <= 0:  # (released before the read's end
                     with anyio.CancelScope(shield=True):  # reaches its reader)
                         await self._release(snapshot, "read")
+
+    def released(self, snapshot_id: bytes, *, changed: bool = False) -> NotFound:
+        """The error of a ticket whose snapshot is no longer held (`changed`: nor readable
+        again, a write having committed since it was opened)."""
+        since = (
+            ", and the worker's tables have changed since it was opened (a write, a restart),"
+            " so its rows cannot be read again"
+            if changed
+            else ""
+        )
+        return NotFound(
+            f"the snapshot this ticket reads ({snapshot_id.hex()[:8]}…) is no longer held{since}:"
+            f" a read's snapshot is released {self.grace:g}s after each of its endpoints was"
+            f" read, {self.ttl:g}s after the last read while some are unread, sooner when many"
+            " reads are held, and when the worker restarts. Plan the read again (GetFlightInfo)"
+        )
 
     async def expire_idle(self) -> None:
         """Run for the worker's life: release each snapshot when it is due (module doc)."""
@@ -271,15 +308,6 @@ def _close_all(cursors: list[duckdb.DuckDBPyConnection]) -> None:
         cursor.close()
 
 
-def _released(snapshot_id: bytes, ttl: float, grace: float) -> str:
-    return (
-        f"the snapshot this ticket reads ({snapshot_id.hex()[:8]}…) is no longer held: a read's"
-        f" snapshot is released {grace:g}s after each of its endpoints was read, {ttl:g}s after"
-        " the last read while some are unread, sooner when many reads are held, and when the"
-        " worker restarts. Plan the read again (GetFlightInfo)"
-    )
-
-
 __all__ = [
     "DEFAULT_SNAPSHOT_GRACE",
     "DEFAULT_SNAPSHOT_TTL",
@@ -289,5 +317,6 @@ __all__ = [
     "Lease",
     "RowIds",
     "Snapshot",
+    "SnapshotRef",
     "TableSnapshots",
 ]

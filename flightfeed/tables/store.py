@@ -9,7 +9,10 @@ partition info) lives in `flightfeed_tables`, written in the same transaction as
 describes, so a crash never leaves the two apart.
 
 Writes take one lock (DuckDB would refuse concurrent upserts of the same rows anyway); reads
-run concurrently on cursors of their own.
+run concurrently on cursors of their own. The store counts its writes (`version`): while the
+count stands, the tables are as they were, row ids too (DuckDB renumbers row ids only in a
+checkpoint, and checkpoints only when a write commits), so a released snapshot's slice can be
+read again (`scan_unchanged`).
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import itertools
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -35,6 +40,7 @@ from .options import TableOptions
 from .schema import MAX_NAME_BYTES, TableSchema, check_new_column_names
 
 DATABASE_FILE: Final = "tables.duckdb"
+STORE_VERSION_BYTES: Final = 16
 DEFAULT_CATALOG: Final = "flightfeed"
 DEFAULT_SCHEMA: Final = "public"
 ENGINE: Final = "DuckDB"
@@ -147,6 +153,25 @@ class TableStore:
     _entries: dict[TableName, TableEntry] = field(default_factory=dict)
     _write_lock: threading.Lock = field(default_factory=threading.Lock)
     _meta_lock: threading.Lock = field(default_factory=threading.Lock)
+    _instance: bytes = field(default_factory=lambda: secrets.token_bytes(8))
+    """This opening of the database: a restart checkpoints it (and may renumber row ids)."""
+    _writes: int = 0
+    """Writes begun since the database was opened (a failed one too: counted, not judged)."""
+
+    @property
+    def version(self) -> bytes:
+        """The tables' version: the same value as long as no write has begun since
+        (`STORE_VERSION_BYTES`: this opening of the database, then its count of writes)."""
+        return self._instance + self._writes.to_bytes(8, "big")
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The write lock, for a write that changes the version (whatever its outcome)."""
+        with self._write_lock:
+            try:
+                yield
+            finally:
+                self._writes += 1
 
     @classmethod
     def open(
@@ -272,7 +297,7 @@ class TableStore:
     ) -> TableEntry:
         options = options or TableOptions()
         check_new_column_names(schema.names)
-        with self._write_lock:
+        with self._writing():
             with self._meta_lock:
                 existing = self._entries.get(name)
             if existing is not None:
@@ -297,7 +322,7 @@ class TableStore:
             return entry
 
     def drop(self, name: TableName) -> None:
-        with self._write_lock:
+        with self._writing():
             entry = self.entry(name)
             with _transaction(self.connection.cursor()) as cur:
                 cur.execute(f"DROP TABLE {entry.physical}")
@@ -313,7 +338,7 @@ class TableStore:
     ) -> TableEntry:
         """Adds the columns `schema` has beyond the table's; every existing column must stay as
         it is. Refused when the table's version is no longer `pre_schema_version`."""
-        with self._write_lock:
+        with self._writing():
             entry = self.entry(name)
             current = entry.schema
             if pre_schema_version != current.version:
@@ -348,7 +373,7 @@ class TableStore:
         return entry
 
     def alter_options(self, name: TableName, options: dict[str, str]) -> TableEntry:
-        with self._write_lock:
+        with self._writing():
             entry = self.entry(name)
             altered = replace(entry, options=TableOptions.parse(options, entry.options))
             with _transaction(self.connection.cursor()) as cur:
@@ -366,13 +391,16 @@ class TableStore:
             for entry in self.tables():
                 try:
                     with _transaction(self.connection.cursor()) as cur:
-                        deleted += _purge(cur, entry)
+                        purged = _purge(cur, entry)
                         stale = cur.execute(
                             f"SELECT job FROM {_STAGED} WHERE table_id = ? AND started_ms < ?",
                             [entry.id, cutoff],
                         ).fetchall()
                         for (job,) in stale:
-                            deleted += _discard_job(cur, entry, job)
+                            purged += _discard_job(cur, entry, job)
+                        if purged or stale:  # (a purge that deleted nothing changed nothing:
+                            self._writes += 1  # it runs every few seconds, read or not)
+                        deleted += purged
                 except duckdb.Error as exc:  # one table's trouble must not stop the others'
                     log.warning("purging table %s failed, left as it was: %s", entry.name, exc)
         return deleted
@@ -382,7 +410,7 @@ class TableStore:
     def write(self, requests: Sequence[tuple[TableName, pa.Table]]) -> int:
         """Appends (or upserts, in OVERWRITE mode) each table's rows, all in one transaction:
         every row or none. Returns the rows written."""
-        with self._write_lock, _transaction(self.connection.cursor()) as cur:
+        with self._writing(), _transaction(self.connection.cursor()) as cur:
             total = 0
             for index, (name, data) in enumerate(requests):
                 try:
@@ -412,7 +440,7 @@ class TableStore:
         tagged = rows
         for column, value in zip(_STAGE_COLUMNS, tags, strict=True):
             tagged = tagged.append_column(column, pa.repeat(value, len(rows)))
-        with self._write_lock, _transaction(self.connection.cursor()) as cur:
+        with self._writing(), _transaction(self.connection.cursor()) as cur:
             self._same_table(name, entry.id)  # (not dropped since its rows were conformed)
             if not job.startswith(PUT_JOB_PREFIX):  # (a DoPut's job ends with its stream)
                 cur.execute(
@@ -447,7 +475,7 @@ class TableStore:
         partitions = [p for p, _ in attempts]
         if len(set(partitions)) != len(partitions):
             raise InvalidArgument(f"a job commits one attempt per partition, got {list(attempts)}")
-        with self._write_lock, _transaction(self.connection.cursor()) as cur:
+        with self._writing(), _transaction(self.connection.cursor()) as cur:
             entry = self._same_table(name, table_id)
             done = cur.execute(
                 f"SELECT rows FROM {_COMMITS} WHERE table_id = ? AND job = ?", [entry.id, job]
@@ -482,7 +510,7 @@ class TableStore:
 
     def abort_staged(self, name: TableName, job: str) -> int:
         entry = self.entry(name)
-        with self._write_lock, _transaction(self.connection.cursor()) as cur:
+        with self._writing(), _transaction(self.connection.cursor()) as cur:
             return _discard_job(cur, entry, job)
 
     # --- reads -------------------------------------------------------------------------
@@ -519,13 +547,13 @@ class TableStore:
 
     def open_snapshot(
         self, name: TableName, table_id: int, cursors: int
-    ) -> tuple[int, list[duckdb.DuckDBPyConnection]]:
-        """`cursors` transactions that all see the table as it is now, and its highest row id
-        then (-1 when empty): the slices of a read planned once and redeemed one by one (a
-        FlightInfo's endpoints) read them, so no write between the slices' reads shows in
-        some of them. DuckDB fixes a transaction's snapshot at its first statement, so each
-        cursor runs one while no write commits (under the write lock). The caller closes
-        them."""
+    ) -> tuple[int, list[duckdb.DuckDBPyConnection], bytes]:
+        """`cursors` transactions that all see the table as it is now, its highest row id then
+        (-1 when empty) and the store's `version` then: the slices of a read planned once and
+        redeemed one by one (a FlightInfo's endpoints) read them, so no write between the
+        slices' reads shows in some of them. DuckDB fixes a transaction's snapshot at its first
+        statement, so each cursor runs one while no write commits (under the write lock). The
+        caller closes them."""
         if cursors < 1:
             raise ValueError(f"a snapshot needs at least one cursor, got {cursors}")
         opened: list[duckdb.DuckDBPyConnection] = []
@@ -546,8 +574,20 @@ class TableStore:
                 if isinstance(exc, duckdb.Error):
                     raise _duckdb_error(exc) from exc
                 raise
+            version = self.version
         top = None if row is None else row[0]
-        return (-1 if top is None else int(top)), opened
+        return (-1 if top is None else int(top)), opened, version
+
+    def scan_unchanged(
+        self, name: TableName, spec: ScanSpec, table_id: int, version: bytes
+    ) -> pa.RecordBatchReader | None:
+        """`scan`, if the store is still at `version` (None if not): the rows a snapshot taken
+        at that version reads, row ids and all (module doc). Started under the write lock, so
+        no write commits between the check and the scan's transaction."""
+        with self._write_lock:
+            if version != self.version:
+                return None
+            return self.scan(name, spec, table_id)
 
     def scan_slices(
         self, name: TableName, spec: ScanSpec, parallelism: int, table_id: int | None = None
@@ -875,6 +915,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "ENGINE",
     "PUT_JOB_PREFIX",
+    "STORE_VERSION_BYTES",
     "ScanSpec",
     "SqlPredicate",
     "TableEntry",

@@ -272,6 +272,26 @@ def test_overwrite_replaces_the_rows(spark: Any, table_worker: Worker) -> None:
     assert arrow_of(read(spark, table_worker, table)).equals(replacement)
 
 
+def test_a_read_computed_again_reads_its_rows_until_the_table_is_written(
+    spark: Any, table_worker: Worker
+) -> None:
+    """Spark computes a partition again with the ticket it planned: a task retried after its
+    read, a stage recomputed after an executor was lost, a cached partition evicted. `df.rdd`
+    keeps its partitions, so each action computes them again. Before, a second action failed:
+    the snapshot, released once every endpoint was read, was NOT_FOUND. After a write, the
+    rows are no longer those of the snapshot, and it fails with why."""
+    table = create_table(table_worker)
+    expected = rows(0, 900)
+    write(frame(spark, expected), table_worker, table)
+    planned = read(spark, table_worker, table, partitions=3).rdd
+    for _ in range(2):
+        assert sorted(r.id for r in planned.collect()) == expected["id"].to_pylist()
+    write(frame(spark, rows(900, 10), 1), table_worker, table)
+    with pytest.raises(Exception, match=r"no longer held, and the worker's tables have changed"):
+        planned.count()
+    assert read(spark, table_worker, table).count() == 910
+
+
 def test_a_failed_job_publishes_nothing_and_leaves_no_staging(
     spark: Any, table_worker: Worker, aborts: list[tuple[str, int]]
 ) -> None:

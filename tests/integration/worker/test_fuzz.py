@@ -319,8 +319,19 @@ TABLE_TICKET = TABLE_TICKET_PREFIX + bytes(
         rowid_end=-1,
     )
 )
+SNAPSHOT_TICKET = TABLE_TICKET_PREFIX + bytes(
+    TableTicket(
+        command=TableCommand(version=TABLE_COMMAND_VERSION, table=CPU_TABLE),
+        rowid_start=0,
+        rowid_end=100,
+        table_id=1,
+        snapshot=bytes(range(16)),
+        snapshot_version=bytes(range(16, 32)),
+    )
+)
 TABLE_SEEDS: list[Seed] = [
     (FLIGHT + "DoPut", PUT[0], (PUT[1],)),
+    (FLIGHT + "DoGet", bytes(Ticket(ticket=SNAPSHOT_TICKET)), (BATCH,)),
     (FLIGHT + "DoPut", STAGED_PUT[0], (STAGED_PUT[1],)),
     (FLIGHT + "DoGet", bytes(Ticket(ticket=TABLE_TICKET)), (BATCH,)),
     (

@@ -5,6 +5,7 @@ snapshot is refused, never read anew; the worker holds a bounded number of them.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import duckdb
@@ -17,8 +18,8 @@ from flightfeed.errors import NotFound, ResourceExhausted
 from flightfeed.plan.base import closing
 from flightfeed.tables.engine import TableEngine, TableRead
 from flightfeed.tables.schema import TableSchema
-from flightfeed.tables.snapshots import Snapshot, TableSnapshots
-from flightfeed.tables.store import TableName
+from flightfeed.tables.snapshots import RowIds, Snapshot, SnapshotRef, TableSnapshots
+from flightfeed.tables.store import TableName, TableWriteError
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +61,7 @@ async def overwrite(engine: TableEngine, table: pa.Table, job: str) -> None:
 
 async def read_slice(
     engine: TableEngine,
-    snapshot: bytes,
+    snapshot: SnapshotRef,
     rows: tuple[int, int],
     *,
     batch_size: int = 65_536,
@@ -73,14 +74,16 @@ async def read_slice(
     return pa.Table.from_batches(batches, schema=engine.read_schema(read))
 
 
-def planned(engine: TableEngine) -> TableRead:
-    return TableRead(T, table_id=engine.entry(T).id)
+async def plan_read(engine: TableEngine, slices: int) -> tuple[SnapshotRef, list[RowIds]]:
+    """What a FlightInfo of T in `slices` partitions plans: its tickets' snapshot and slices."""
+    planned = await engine.plan_slices(TableRead(T, table_id=engine.entry(T).id), slices)
+    return planned.ref, planned.slices
 
 
 async def test_every_slice_reads_the_table_as_it_was_planned(engine: TableEngine) -> None:
     """Before, each ticket read the table as it was when read: across an overwrite between two
     slices' reads, the rows of both versions came back (1,500 rows of 1,000 keys)."""
-    snapshot, slices = await engine.plan_slices(planned(engine), 3)
+    snapshot, slices = await plan_read(engine, 3)
     first = await read_slice(engine, snapshot, slices[0])
     await overwrite(engine, version(2.0), "job-2")
     await engine.write([(T, version(3.0, 2 * ROWS).slice(ROWS))])  # (new keys, new row ids)
@@ -114,22 +117,71 @@ async def expiry_ran(snapshots: TableSnapshots) -> None:
         tg.cancel_scope.cancel()
 
 
-async def test_a_snapshot_read_whole_is_released_after_its_grace_and_refused_after(
+async def test_a_released_snapshot_is_read_again_until_a_write_commits(
     engine: TableEngine,
 ) -> None:
+    """Spark retries a task after its read (or recomputes a lost stage, an evicted cached
+    partition) once the snapshot is released: while nothing was written since, the table is
+    the snapshot, row ids and all. Before, the ticket was NOT_FOUND and the Spark job failed."""
     engine.snapshots = snapshots = TableSnapshots(engine.store, grace=0.05, ttl=3600)
-    snapshot, slices = await engine.plan_slices(planned(engine), 2)
-    for rows in slices:
-        await read_slice(engine, snapshot, rows)
+    snapshot, slices = await plan_read(engine, 2)
+    first = [await read_slice(engine, snapshot, rows) for rows in slices]
     await until_released(snapshots)
-    with pytest.raises(NotFound, match=r"no longer held.*Plan the read again"):
+    again = [await read_slice(engine, snapshot, rows) for rows in reversed(slices)]
+    assert [t.num_rows for t in first] == [ROWS // 2] * 2
+    assert list(reversed(again)) == first
+    await engine.write([(T, version(2.0, 1))])  # (one row: any write may renumber row ids)
+    with pytest.raises(NotFound, match=r"no longer held, and .* have changed since.*Plan"):
         await read_slice(engine, snapshot, slices[1])
+    unknown = SnapshotRef(snapshot.id)  # (no version: it was never known unchanged)
+    with pytest.raises(NotFound, match=r"no longer held: .*Plan the read again"):
+        await read_slice(engine, unknown, slices[1])
+
+
+async def test_a_failed_write_and_a_purge_that_deleted_rows_count_as_changes(
+    engine: TableEngine,
+) -> None:
+    """The version moves at every write begun, even one refused (conservative: whether
+    DuckDB changed anything is not judged), and at a purge only when it deleted rows (it runs
+    every few seconds on every worker)."""
+    store = engine.store
+    start = store.version
+    assert await engine.purge_expired() == 0
+    assert store.version == start
+    with pytest.raises(TableWriteError):
+        await engine.write([(T, pa.table({"k": pa.array(["not a number"])}))])
+    after_failed = store.version
+    assert after_failed != start
+    await engine.alter_options(T, {"ttl": "1h"})  # (T's rows are of 1970: expired at once)
+    after_alter = store.version
+    assert after_alter != after_failed
+    await engine.write([(T, version(1.0))])
+    before_purge = store.version
+    assert await engine.purge_expired() == ROWS
+    assert store.version != before_purge
+
+
+async def test_a_snapshot_of_a_store_opened_again_is_not_read_again(tmp_path: Path) -> None:
+    """A restart checkpoints the database, which may renumber row ids: the count of writes
+    starts again, the store's opening does not."""
+    first = await TableEngine.open(tmp_path)
+    await first.create(T, SCHEMA)
+    await first.write([(T, version(1.0))])
+    first.snapshots = TableSnapshots(first.store, grace=0)
+    snapshot, slices = await plan_read(first, 2)
+    await first.aclose()
+    reopened = await TableEngine.open(tmp_path)
+    try:
+        with pytest.raises(NotFound, match="have changed since"):
+            await read_slice(reopened, snapshot, slices[0])
+    finally:
+        await reopened.aclose()
 
 
 async def test_a_snapshot_with_a_slice_unread_is_kept_for_its_ttl(engine: TableEngine) -> None:
     """A read left early (a Spark task that failed midway) does not count: its retry comes."""
     engine.snapshots = snapshots = TableSnapshots(engine.store, grace=0, ttl=3600)
-    snapshot, slices = await engine.plan_slices(planned(engine), 2)
+    snapshot, slices = await plan_read(engine, 2)
     await read_slice(engine, snapshot, slices[0])
     left = TableRead(T, rowid_range=slices[1], table_id=engine.entry(T).id, batch_size=10)
     async with closing(engine.read(left, snapshot=snapshot)) as batches:
@@ -236,7 +288,7 @@ async def test_a_failed_query_closes_its_transaction_and_the_others_read_on(
 
 async def test_a_read_left_early_lends_its_transaction_again(engine: TableEngine) -> None:
     engine.snapshots = TableSnapshots(engine.store, max_cursors=1)
-    snapshot, slices = await engine.plan_slices(planned(engine), 2)
+    snapshot, slices = await plan_read(engine, 2)
     read = TableRead(T, rowid_range=slices[0], table_id=engine.entry(T).id, batch_size=10)
     async with closing(engine.read(read, snapshot=snapshot)) as batches:
         async for _ in batches:
@@ -247,7 +299,7 @@ async def test_a_read_left_early_lends_its_transaction_again(engine: TableEngine
 
 async def test_a_table_dropped_under_its_snapshot_is_not_found(engine: TableEngine) -> None:
     table_id = engine.entry(T).id
-    snapshot, slices = await engine.plan_slices(planned(engine), 2)
+    snapshot, slices = await plan_read(engine, 2)
     await engine.drop(T)  # (DuckDB drops it with the snapshot's transactions open)
     with pytest.raises(NotFound, match=r"no table 'flightfeed\.public\.versions'"):
         await read_slice(engine, snapshot, slices[0], table_id=table_id)
@@ -278,7 +330,7 @@ async def test_a_table_with_fewer_rows_than_slices_reads_whole_in_any_order(
     await engine.create(T, SCHEMA)
     await engine.write([(T, version(5.0, 3))])
     engine.snapshots = TableSnapshots(engine.store, grace=0)
-    snapshot, slices = await engine.plan_slices(planned(engine), 8)
+    snapshot, slices = await plan_read(engine, 8)
     assert sum(hi > lo for lo, hi in slices) == 3
     async with anyio.create_task_group() as tg:
         tg.start_soon(engine.snapshots.expire_idle)

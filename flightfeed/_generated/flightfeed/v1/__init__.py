@@ -1870,8 +1870,15 @@ class TableTicket(betterproto2.Message):
     snapshot: "bytes" = betterproto2.field(5, betterproto2.TYPE_BYTES)
     """
     The snapshot every ticket of the FlightInfo reads (16 bytes; empty: the table as it is
-    when the ticket is read). The worker holds it a while after the last read, then the
-    ticket is refused (NOT_FOUND): plan the read again.
+    when the ticket is read). The worker holds it a while after the last read; then the
+    ticket is read only while the worker's tables are unchanged (snapshot_version), and
+    refused (NOT_FOUND) after: plan the read again.
+    """
+
+    snapshot_version: "bytes" = betterproto2.field(6, betterproto2.TYPE_BYTES)
+    """
+    The worker's table store version when the snapshot was opened (16 bytes): while it
+    stands, the table is as the snapshot saw it.
     """
 
 
