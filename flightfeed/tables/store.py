@@ -184,7 +184,8 @@ class TableStore:
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
-        """The write lock, for a write that changes the version (whatever its outcome)."""
+        """The write lock, for a write that changes the version (whatever its outcome), once
+        all it commits has committed: a snapshot opened before took the version before."""
         with self._write_lock:
             try:
                 yield
@@ -411,21 +412,20 @@ class TableStore:
             for entry in self.tables():
                 try:
                     with _transaction(self.connection.cursor(), self._commit_lock) as cur:
-                        expired = purged = _purge(cur, entry)
+                        expired = _purge(cur, entry)
                         stale = cur.execute(
                             f"SELECT job FROM {_STAGED} WHERE table_id = ? AND started_ms < ?",
                             [entry.id, cutoff],
                         ).fetchall()
-                        for (job,) in stale:
-                            purged += _discard_job(cur, entry, job)
-                        if purged or stale:  # (a purge that deleted nothing changed nothing:
-                            self._writes += 1  # it runs every few seconds, read or not)
-                        deleted += purged
+                        discarded = sum(_discard_job(cur, entry, job) for (job,) in stale)
                 except duckdb.Error as exc:  # one table's trouble must not stop the others'
                     log.warning("purging table %s failed, left as it was: %s", entry.name, exc)
-                else:
-                    if expired:
-                        self._compact_if_due(entry)
+                    continue
+                if expired:
+                    self._compact_if_due(entry)
+                if expired or stale:  # (counted once committed, as `_writing` does; a purge
+                    self._writes += 1  # that deleted nothing changed nothing, and it runs
+                deleted += expired + discarded  # every few seconds, read or not)
         return deleted
 
     # --- writes ------------------------------------------------------------------------
@@ -602,7 +602,6 @@ class TableStore:
         caller closes them."""
         if cursors < 1:
             raise ValueError(f"a snapshot needs at least one cursor, got {cursors}")
-
         opened: list[duckdb.DuckDBPyConnection] = []
         row: tuple[Any, ...] | None = None
         with self._commit_lock:
