@@ -12,16 +12,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from helpers.keyed_table import KEYED, keyed_rows
 
 from flightfeed.tables.options import TableOptions
-from flightfeed.tables.schema import TableSchema
 from flightfeed.tables.store import ScanSpec, TableName, TableStore
 
-SCHEMA = TableSchema.from_arrow(
-    pa.schema([("ts", pa.timestamp("ms")), ("k", pa.int64()), ("v", pa.float64())]),
-    timestamp="ts",
-    tags=["k"],
-)
 T = TableName.of("replaced")
 ROWS = 2_000
 HOUR = 3_600_000
@@ -37,13 +32,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TableStore
 
 
 def rows(v: float, *, start_ms: int = 0, count: int = ROWS) -> pa.Table:
-    return pa.table(
-        {
-            "ts": pa.array(range(start_ms, start_ms + count), pa.timestamp("ms")),
-            "k": pa.array(range(count), pa.int64()),
-            "v": pa.array([v] * count),
-        }
-    )
+    return keyed_rows(v, count, start_ms=start_ms)
 
 
 def kept_rows(store: TableStore, name: TableName = T) -> int:
@@ -68,7 +57,7 @@ def values(store: TableStore) -> pa.Table:
 
 @pytest.mark.parametrize("mode", ["OVERWRITE", "APPEND"])
 def test_an_overwrite_keeps_none_of_the_rows_it_replaced(store: TableStore, mode: str) -> None:
-    store.create(T, SCHEMA, TableOptions(update_mode=mode))  # type: ignore[arg-type]
+    store.create(T, KEYED, TableOptions(update_mode=mode))  # type: ignore[arg-type]
     for version in range(1, 6):
         assert overwrite(store, rows(float(version)), f"job-{version}") == ROWS
         assert kept_rows(store) == ROWS
@@ -77,7 +66,7 @@ def test_an_overwrite_keeps_none_of_the_rows_it_replaced(store: TableStore, mode
 
 def test_an_upsert_keeps_none_of_the_rows_it_replaced(store: TableStore) -> None:
     """DuckDB updates an upserted row in place: nothing to reclaim."""
-    store.create(T, SCHEMA)
+    store.create(T, KEYED)
     for version in range(1, 6):
         store.write([(T, rows(float(version)))])
     assert kept_rows(store) == ROWS
@@ -85,7 +74,7 @@ def test_an_upsert_keeps_none_of_the_rows_it_replaced(store: TableStore) -> None
 
 
 def test_a_snapshot_reads_the_table_an_overwrite_replaced(store: TableStore) -> None:
-    store.create(T, SCHEMA)
+    store.create(T, KEYED)
     store.write([(T, rows(1.0))])
     _, (held,), _ = store.open_snapshot(T, store.entry(T).id, 1)
     try:
@@ -101,7 +90,7 @@ def test_rows_a_ttl_deleted_are_dropped_once_they_outnumber_the_live_ones(
     store: TableStore,
 ) -> None:
     store.compact_min_dead_rows = 100
-    store.create(T, SCHEMA, TableOptions(ttl_ms=HOUR))
+    store.create(T, KEYED, TableOptions(ttl_ms=HOUR))
     now = int(time.time() * 1000)
     live = rows(1.0, start_ms=now, count=300)
     store.write([(T, live)])
@@ -122,5 +111,4 @@ def test_rows_a_ttl_deleted_are_dropped_once_they_outnumber_the_live_ones(
 
 def expired(first_key: int, count: int, now: int) -> pa.Table:
     """`count` rows from key `first_key` on, written five hours ago."""
-    table = rows(0.0, start_ms=now - 5 * HOUR - first_key, count=first_key + count)
-    return table.slice(first_key)
+    return keyed_rows(0.0, count, first_key=first_key, start_ms=now - 5 * HOUR)

@@ -13,28 +13,17 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
+from helpers.keyed_table import KEYED, keyed_rows
 
-from flightfeed.tables.schema import TableSchema
 from flightfeed.tables.store import ScanSpec, TableName, TableStore
 
-SCHEMA = TableSchema.from_arrow(
-    pa.schema([("ts", pa.timestamp("ms")), ("k", pa.int64()), ("v", pa.float64())]),
-    timestamp="ts",
-    tags=["k"],
-)
 T = TableName.of("opened")
 ROWS = 400
 WAIT = 10.0
 
 
 def version(v: float, start: int = 0) -> pa.Table:
-    return pa.table(
-        {
-            "ts": pa.array(range(start, start + ROWS), pa.timestamp("ms")),
-            "k": pa.array(range(start, start + ROWS), pa.int64()),
-            "v": pa.array([v] * ROWS),
-        }
-    )
+    return keyed_rows(v, ROWS, first_key=start, start_ms=start)
 
 
 @dataclass
@@ -85,7 +74,7 @@ class CommitsMidOpening:
 def store() -> Iterator[TableStore]:
     opened = TableStore.open(None)
     try:
-        opened.create(T, SCHEMA)
+        opened.create(T, KEYED)
         opened.write([(T, version(1.0))])
         yield opened
     finally:
@@ -114,8 +103,8 @@ def snapshot_rows(store: TableStore, cursors: int) -> list[pa.Table]:
 
 def test_a_snapshot_opens_while_a_write_stages_its_rows(store: TableStore) -> None:
     """A write holds the write lock while it stages its rows (seconds, for a large one): a
-    read planned meanwhile waited for all of it (measured: planning a read took 345 ms at the
-    median during back-to-back 2M-row DoPuts, 40 ms after)."""
+    read planned meanwhile waited for all of it (benchmarks/table_plan_under_writes.py: 490 ms
+    at the median during back-to-back 2M-row DoPuts, 54-71 ms after)."""
     with store._write_lock:
         seen = snapshot_rows(store, 3)
     assert [t.num_rows for t in seen] == [ROWS] * 3

@@ -13,40 +13,29 @@ import pyarrow as pa
 import pytest
 from anyio.abc import TaskStatus
 from anyio.lowlevel import checkpoint
+from helpers.keyed_table import KEYED, keyed_rows
 
 from flightfeed.errors import NotFound, ResourceExhausted
 from flightfeed.plan.base import closing
 from flightfeed.tables.engine import TableEngine, TableRead
-from flightfeed.tables.schema import TableSchema
 from flightfeed.tables.snapshots import RowIds, Snapshot, SnapshotRef, TableSnapshots
 from flightfeed.tables.store import TableName, TableWriteError
 
 pytestmark = pytest.mark.anyio
 
-SCHEMA = TableSchema.from_arrow(
-    pa.schema([("ts", pa.timestamp("ms")), ("k", pa.int64()), ("v", pa.float64())]),
-    timestamp="ts",
-    tags=["k"],
-)
 T = TableName.of("versions")
 ROWS = 600
 
 
 def version(v: float, n: int = ROWS) -> pa.Table:
-    return pa.table(
-        {
-            "ts": pa.array(range(n), pa.timestamp("ms")),
-            "k": pa.array(range(n), pa.int64()),
-            "v": pa.array([v] * n),
-        }
-    )
+    return keyed_rows(v, n)
 
 
 @pytest.fixture
 async def engine() -> AsyncIterator[TableEngine]:
     opened = await TableEngine.open(None)
     try:
-        await opened.create(T, SCHEMA)
+        await opened.create(T, KEYED)
         await opened.write([(T, version(1.0))])
         yield opened
     finally:
@@ -165,7 +154,7 @@ async def test_a_snapshot_of_a_store_opened_again_is_not_read_again(tmp_path: Pa
     """A restart checkpoints the database, which may renumber row ids: the count of writes
     starts again, the store's opening does not."""
     first = await TableEngine.open(tmp_path)
-    await first.create(T, SCHEMA)
+    await first.create(T, KEYED)
     await first.write([(T, version(1.0))])
     first.snapshots = TableSnapshots(first.store, grace=0)
     snapshot, slices = await plan_read(first, 2)
@@ -303,7 +292,7 @@ async def test_a_table_dropped_under_its_snapshot_is_not_found(engine: TableEngi
     await engine.drop(T)  # (DuckDB drops it with the snapshot's transactions open)
     with pytest.raises(NotFound, match=r"no table 'flightfeed\.public\.versions'"):
         await read_slice(engine, snapshot, slices[0], table_id=table_id)
-    await engine.create(T, SCHEMA)
+    await engine.create(T, KEYED)
     with pytest.raises(NotFound, match="dropped after this read was planned"):
         await read_slice(engine, snapshot, slices[0], table_id=table_id)
 
@@ -327,7 +316,7 @@ async def test_a_table_with_fewer_rows_than_slices_reads_whole_in_any_order(
     """Its empty slices need no snapshot: before, reading one of them counted every empty
     slice read, and the snapshot was released under the endpoints still to come."""
     await engine.drop(T)
-    await engine.create(T, SCHEMA)
+    await engine.create(T, KEYED)
     await engine.write([(T, version(5.0, 3))])
     engine.snapshots = TableSnapshots(engine.store, grace=0)
     snapshot, slices = await plan_read(engine, 8)
