@@ -11,10 +11,11 @@ retried ticket included.
 Held snapshots are not free: while one is open, DuckDB keeps the row versions it sees, and
 writes that replace rows (an overwrite, an upsert of keys) hold off its checkpoints, so the
 write-ahead log and memory grow with what is written meanwhile. So a snapshot is released as
-soon as every slice was read to its end (or `grace` seconds after, time for Spark to retry a
-task that failed after its read), `ttl` seconds after its last read ended while slices are
-still unread (a `show()` reads only a few; a task that failed midway is retried), and sooner,
-the one due first, when `max_snapshots` are held and another read is planned.
+soon as every slice was read to its end (or `grace` seconds after: a Spark task retried after
+its read, once a write has committed, needs the snapshot itself), `ttl` seconds after its last
+read ended while slices are still unread (a `show()` reads only a few; a task that failed
+midway is retried), and sooner, the one due first, when `max_snapshots` are held and another
+read is planned.
 
 A released snapshot's slice is still read while the store is at the version it was opened at
 (no write since: the same rows under the same row ids, `TableStore.scan_unchanged`): Spark
@@ -40,7 +41,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ..concurrency import Signal
 from ..errors import InvalidArgument, NotFound, ResourceExhausted
-from .store import TableName, TableStore
+from .store import TableName, TableStore, close_all
 
 log = logging.getLogger("flightfeed.tables")
 
@@ -281,7 +282,7 @@ class TableSnapshots:
         log.debug("released the snapshot of table %s read: %s", snapshot.name, why)
         self._changed.notify()
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_close_all, idle)
+            await anyio.to_thread.run_sync(close_all, idle)
 
 
 @dataclass(eq=False)
@@ -301,11 +302,6 @@ def _usable(cursor: duckdb.DuckDBPyConnection) -> bool:
     except duckdb.Error:
         return False
     return True
-
-
-def _close_all(cursors: list[duckdb.DuckDBPyConnection]) -> None:
-    for cursor in cursors:
-        cursor.close()
 
 
 __all__ = [

@@ -614,7 +614,7 @@ class TableStore:
                     cur.execute("BEGIN TRANSACTION")
                     row = cur.execute(f"SELECT max(rowid) FROM {entry.physical}").fetchone()
             except BaseException as exc:
-                _close_all(opened)
+                close_all(opened)
                 if isinstance(exc, duckdb.CatalogException):
                     raise _dropped_while_read(name) from exc
                 if isinstance(exc, duckdb.Error):
@@ -652,7 +652,7 @@ class TableStore:
             try:
                 readers.extend(self.scan(name, one, table_id) for one in slices)
             except BaseException:
-                _close_all(readers)
+                close_all(readers)
                 raise
             return readers
 
@@ -989,7 +989,8 @@ class _transaction:
             self.cur.close()
 
 
-def _close_all(closeable: Iterable[duckdb.DuckDBPyConnection | pa.RecordBatchReader]) -> None:
+def close_all(closeable: Iterable[duckdb.DuckDBPyConnection | pa.RecordBatchReader]) -> None:
+    """Closes each cursor or reader (blocking: DuckDB may finish a query first)."""
     for one in closeable:
         one.close()
 
@@ -1006,6 +1007,7 @@ __all__ = [
     "TableName",
     "TableStore",
     "TableWriteError",
+    "close_all",
     "WriteFailure",
     "scan_sql",
     "conform_rows",

@@ -64,7 +64,7 @@ class WorkerConfig:
     table_snapshot_grace, table_snapshot_ttl: a table read planned in several partitions holds
         one snapshot for them (tables/snapshots.py), released `grace` seconds after every one
         was read, or `ttl` seconds after the last read while some are unread; its tickets are
-        refused after.
+        then read while the worker's tables are unchanged, and refused once a write commits.
     table_plan_slots: plans pushed down to the tables (ExecutePhysicalPlan) that run at once;
         more wait, high priority first.
     tls: serve over TLS with this certificate (`grpc+tls://` locations); with a client CA,
