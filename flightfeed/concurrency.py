@@ -1,6 +1,7 @@
 """The event loop's shared helpers: `off_loop`, which every layer uses to move CPU work off it,
 `read_ahead`, which runs a blocking source on a thread of its own, `Signal`, the wake-up
-every layer uses to wait for a change, and `one_at_a_time`, for a stream with several senders.
+every layer uses to wait for a change, `one_at_a_time`, for a stream with several senders, and
+`closing`, which closes an async stream in the task that read it.
 
 A callback that runs long on the event loop stops every other stream the process serves, so
 decoding a large plan or control message, say, runs on a worker thread; small inputs stay
@@ -14,6 +15,7 @@ import asyncio
 import queue
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Final, Generic, TypeVar, cast
 
@@ -34,6 +36,21 @@ async def off_loop(
     if nbytes >= threshold:
         return await anyio.to_thread.run_sync(fn, arg)
     return fn(arg)
+
+
+@asynccontextmanager
+async def closing(stream: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
+    """Close an async stream on exit (early break, return, error or cancellation), in this
+    task. An async generator left unfinished is otherwise closed whenever it is collected,
+    by a task the event loop starts for it: its `finally` blocks (a feed partition handed
+    back, a call's status read) run late, on no one's watch, and each costs the loop a
+    cross-thread wake-up (two a query, when the coordinator left its task channels' reads)."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 # -- read_ahead: a blocking source read ahead on a thread of its own ------------------------

@@ -17,6 +17,7 @@ from typing import Final
 import anyio
 import betterproto2
 
+from ..concurrency import closing
 from ..errors import FeedError, FlightfeedError
 from ..feeds import (
     DEFAULT_DELIVERY_LOG_LIMIT,
@@ -198,19 +199,20 @@ async def _await_metrics(
     dispatcher: FeedDispatcher | None,
     on_read: Callable[[PartitionsRead], None],
 ) -> ReportedMetrics:
-    async for message in channel.messages():
-        if isinstance(message, EncodedTaskMetrics):
-            return message  # parsed when someone reads them (coordinator/metrics.py)
-        kind, value = betterproto2.which_one_of(message, "inner")
-        if kind == "partitions_read":
-            on_read(value)
-        elif kind == "feed_credits":
-            if dispatcher is None:
-                raise FeedError("protocol violation: feed credits for a task without feeds")
-            dispatcher.grant(value)
-        elif kind == "task_metrics":
-            metrics: TaskMetrics = value
-            return metrics
-        elif kind == "task_error":
-            raise from_detail(value)
+    async with closing(channel.messages()) as messages:
+        async for message in messages:
+            if isinstance(message, EncodedTaskMetrics):
+                return message  # parsed when someone reads them (coordinator/metrics.py)
+            kind, value = betterproto2.which_one_of(message, "inner")
+            if kind == "partitions_read":
+                on_read(value)
+            elif kind == "feed_credits":
+                if dispatcher is None:
+                    raise FeedError("protocol violation: feed credits for a task without feeds")
+                dispatcher.grant(value)
+            elif kind == "task_metrics":
+                metrics: TaskMetrics = value
+                return metrics
+            elif kind == "task_error":
+                raise from_detail(value)
     raise FlightfeedError("the worker ended the task channel without the task's metrics")

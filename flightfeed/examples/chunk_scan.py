@@ -27,7 +27,7 @@ from .._generated.flightfeed.v1 import OutputRows, WorkUnitFeedProto
 from ..coordinator import Catalog, TaskEstimation
 from ..errors import InvalidArgument, PlanDecodeError
 from ..feeds import FeedRegistry, WorkUnitFeed
-from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
+from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext, closing
 from ..session import Session, SessionStateBuilder, WorkerQueryContext
 
 Chunk: TypeAlias = OutputRows
@@ -113,15 +113,19 @@ class RemoteScan(PlanNodeBase):
         task_value = pa.scalar(task, pa.int64())
         partition_value = pa.scalar(local, pa.int64())
         batch: pa.RecordBatch | None = None
-        async for chunk in self.feed.feed(partition, ctx):
-            if _observer is not None:
-                _observer.processed()
-            n = chunk.value  # n rows of two constants: built by Arrow, not row by row
-            if batch is None or batch.num_rows != n:  # chunks mostly share a size: batches
-                batch = pa.record_batch(  # are immutable, so one serves them all
-                    [pa.repeat(task_value, n), pa.repeat(partition_value, n)], schema=SCAN_SCHEMA
-                )
-            yield batch
+        # Closed here if this node is (a LIMIT above it, an error): an abandoned feed stream
+        # would hand its partition back only once the garbage collector found it.
+        async with closing(self.feed.feed(partition, ctx)) as chunks:
+            async for chunk in chunks:
+                if _observer is not None:
+                    _observer.processed()
+                n = chunk.value  # n rows of two constants: built by Arrow, not row by row
+                if batch is None or batch.num_rows != n:  # chunks mostly share a size: batches
+                    batch = pa.record_batch(  # are immutable, so one serves them all
+                        [pa.repeat(task_value, n), pa.repeat(partition_value, n)],
+                        schema=SCAN_SCHEMA,
+                    )
+                yield batch
 
     def __repr__(self) -> str:
         provider = self.feed.inner()

@@ -175,13 +175,16 @@ class FlightDataReader:
             if batch is not None or metadata is not None:
                 return item
 
-    def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
-        return self._batches()
+    def __aiter__(self) -> FlightDataReader:
+        return self
 
-    async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
+    async def __anext__(self) -> pa.RecordBatch:
+        """The next batch (metadata-only messages skipped). Not a generator: a reader left
+        early has nothing for the garbage collector's event-loop task to close."""
         while (item := await self.next()) is not None:
             if item[0] is not None:
-                yield item[0]
+                return item[0]
+        raise StopAsyncIteration
 
     async def with_metadata(self) -> AsyncIterator[tuple[pa.RecordBatch | None, bytes | None]]:
         """Every message, metadata-only ones included."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import pyarrow as pa
 
+from ..concurrency import closing as closing  # (plan code's home for it: re-exported)
 from ..errors import InvalidArgument
 from .functions import PlanSession
 from .memory import UNBOUNDED, TaskMemory
@@ -160,17 +160,6 @@ class UnaryNode(PlanNodeBase):
     @property
     def children(self) -> Sequence[ExecutionPlan]:
         return (self.child,)
-
-
-@asynccontextmanager
-async def closing(stream: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
-    """Close an async stream on exit (early break, error or cancellation) in this task."""
-    try:
-        yield stream
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 def pre_order(plan: ExecutionPlan) -> list[ExecutionPlan]:

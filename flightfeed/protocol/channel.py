@@ -25,6 +25,7 @@ from .._generated.flightfeed.v1 import (
     TaskMetrics,
     WorkUnitBatch,
 )
+from ..concurrency import closing
 from ..errors import RemoteError
 from .channel_wire import EncodedTaskMetrics, WorkerMessage
 from .errors import from_detail
@@ -136,13 +137,14 @@ class MetricsWaiter:
         raise NotImplementedError
 
     async def wait_metrics(self) -> TaskMetrics:
-        async for message in self.messages():
-            if isinstance(message, EncodedTaskMetrics):
-                return message.decode()
-            kind, value = betterproto2.which_one_of(message, "inner")
-            if kind == "task_metrics":
-                metrics: TaskMetrics = value
-                return metrics
-            if kind == "task_error":
-                raise from_detail(value)
+        async with closing(self.messages()) as messages:
+            async for message in messages:
+                if isinstance(message, EncodedTaskMetrics):
+                    return message.decode()
+                kind, value = betterproto2.which_one_of(message, "inner")
+                if kind == "task_metrics":
+                    metrics: TaskMetrics = value
+                    return metrics
+                if kind == "task_error":
+                    raise from_detail(value)
         raise RemoteError("task channel ended without metrics", grpc_status=Status.UNKNOWN)

@@ -119,11 +119,18 @@ class _Batches:
     def __init__(self, receive: ObjectReceiveStream[pa.RecordBatch | _Failure]) -> None:
         self._receive = receive
 
-    async def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
-        async for item in self._receive:
-            if isinstance(item, _Failure):
-                raise item.error
-            yield item
+    def __aiter__(self) -> _Batches:
+        return self
+
+    async def __anext__(self) -> pa.RecordBatch:
+        """Not a generator: a read left early leaves nothing for the garbage collector."""
+        try:
+            item = await self._receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+        if isinstance(item, _Failure):
+            raise item.error
+        return item
 
 
 class _MemorySink:

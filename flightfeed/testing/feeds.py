@@ -31,7 +31,7 @@ import pyarrow as pa
 from ..coordinator import Catalog, TaskEstimation, TaskEstimator
 from ..errors import InvalidArgument, PlanDecodeError
 from ..feeds import FEED_INBOX_KEY, FeedInbox, FeedRegistry, WorkUnitFeed, WorkUnitFeedProvider
-from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext
+from ..plan import DecodeContext, ExecutionPlan, PlanNodeBase, TaskContext, closing
 from ..protocol import WorkUnitFeedProto
 from ..session import Session, SessionStateBuilder, WorkerQueryContext
 
@@ -367,8 +367,9 @@ class UnitScan(PlanNodeBase):
         found = PROBES[self.probe_name] if self.probe_name else None
         if found is None and self.every == COUNT_AT_END:  # the benchmarks' consumer: counting
             counted = 0
-            async for _ in self.feed.feed(partition, ctx):
-                counted += 1
+            async with closing(self.feed.feed(partition, ctx)) as units:
+                async for _ in units:
+                    counted += 1
             yield _rows(where, b"", counted)
             return
         delays = [0]
@@ -379,20 +380,23 @@ class UnitScan(PlanNodeBase):
                 await found.gates[where].wait()
         inbox = ctx.extensions.get(FEED_INBOX_KEY)
         taken = 0
-        async for body in self.feed.feed(partition, ctx):
-            taken += 1
-            if found is not None:
-                consumed = found.consumed[where] = found.consumed.get(where, 0) + 1
-                if isinstance(inbox, FeedInbox) and consumed % 1000 == 1:
-                    found.inbox_credits = inbox.credits
-                    found.max_inbox_buffered = max(found.max_inbox_buffered, inbox.buffered_units)
-                for _ in range(delays[consumed % len(delays)]):
-                    await anyio.lowlevel.checkpoint()
-            if self.every == 1:
-                yield _rows(where, body, 1)
-            elif self.every and taken == self.every:
-                yield _rows(where, b"", taken)
-                taken = 0
+        async with closing(self.feed.feed(partition, ctx)) as bodies:
+            async for body in bodies:
+                taken += 1
+                if found is not None:
+                    consumed = found.consumed[where] = found.consumed.get(where, 0) + 1
+                    if isinstance(inbox, FeedInbox) and consumed % 1000 == 1:
+                        found.inbox_credits = inbox.credits
+                        found.max_inbox_buffered = max(
+                            found.max_inbox_buffered, inbox.buffered_units
+                        )
+                    for _ in range(delays[consumed % len(delays)]):
+                        await anyio.lowlevel.checkpoint()
+                if self.every == 1:
+                    yield _rows(where, body, 1)
+                elif self.every and taken == self.every:
+                    yield _rows(where, b"", taken)
+                    taken = 0
         if taken and self.every != 1:
             yield _rows(where, b"", taken)
         elif self.every == COUNT_AT_END:

@@ -17,7 +17,7 @@ from .._generated.flightfeed.v1 import (
     GetWorkerInfoResponse,
     WorkerToCoordinatorMsg,
 )
-from ..concurrency import off_loop, one_at_a_time
+from ..concurrency import closing, off_loop, one_at_a_time
 from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes, parse_message
 from ..flight.server import (
@@ -66,9 +66,10 @@ class WorkerService:
             await stream.send_message(encode_worker_message(message))
 
         # Credits, partitions read and the metrics report are sent by separate tasks.
-        await self.handlers.coordinator_channel(
-            request_headers(ctx), inbound(), one_at_a_time(send), stream.send_initial_metadata
-        )
+        async with closing(inbound()) as messages:  # (a CancelTask ends the reading early)
+            await self.handlers.coordinator_channel(
+                request_headers(ctx), messages, one_at_a_time(send), stream.send_initial_metadata
+            )
 
     async def _execute_task(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
