@@ -123,6 +123,8 @@ class TableCommitMessage(WriterCommitMessage):
     """The micro-batch (streaming writes)."""
     table_id: int | None = None
     """The worker's id of the table the rows were staged into (None: nothing was sent)."""
+    query_id: str | None = None
+    """The streaming query (streaming writes): its micro-batches are a series of jobs."""
 
 
 @dataclass(frozen=True)
@@ -282,15 +284,19 @@ class TableTarget:
         attempts: Sequence[tuple[int, int]],
         overwrite: bool,
         table_id: int | None = None,
+        series: tuple[str, int] | None = None,
     ) -> int:
         """Publish exactly these (partition, attempt)s of `job`, staged into table `table_id`;
-        the rows published (the first commit's, when `job` was committed before)."""
+        the rows published (the first commit's, when `job` was committed before). `series`:
+        a streaming query's id and the micro-batch's (the worker forgets earlier ones)."""
         request = CommitStaged(
             table=table_ref(self.table),
             job=job,
             attempts=[StagedAttempt(partition=p, attempt=a) for p, a in attempts],
             overwrite=overwrite,
             table_id=table_id,
+            series=series[0] if series is not None else None,
+            sequence=series[1] if series is not None else 0,
         )
         return self._action(COMMIT_STAGED, bytes(request))
 
@@ -347,6 +353,16 @@ def _ours(messages: Sequence[WriterCommitMessage | None]) -> list[TableCommitMes
             raise FlightfeedError(f"not a flightfeed writer's commit message: {message!r}")
         found.append(message)
     return found
+
+
+def _query_id(messages: Sequence[WriterCommitMessage | None], job: str) -> str:
+    """The streaming query whose micro-batch `job` is: what every message of it says."""
+    found = {m.query_id for m in _ours(messages) if m is not None and m.job == job}
+    if len(found) != 1 or None in found:
+        raise FlightfeedError(f"micro-batch {job}'s tasks name queries {sorted(map(str, found))}")
+    (query_id,) = found
+    assert query_id is not None
+    return query_id
 
 
 def _attempts(messages: Sequence[WriterCommitMessage | None], job: str) -> list[tuple[int, int]]:
@@ -453,6 +469,7 @@ class FlightfeedStreamTableWriter(DataSourceStreamArrowWriter):
             context.attemptNumber(),
             batch_id=batch_id,
             table_id=staged.table_id,
+            query_id=query_id,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -460,7 +477,10 @@ class FlightfeedStreamTableWriter(DataSourceStreamArrowWriter):
         if job is None:
             return  # no task ran: nothing staged, nothing to publish
         table_id = _table_id(messages, job, self.target.where)
-        self.target.commit(job, _attempts(messages, job), self.overwrite, table_id)
+        # A series: the worker forgets the commits of this query's earlier micro-batches, which
+        # Spark never runs again (before, it kept a record of every one, for ever).
+        series = (_query_id(messages, job), batchId)
+        self.target.commit(job, _attempts(messages, job), self.overwrite, table_id, series)
         # A replayed micro-batch's commit publishes nothing (the job committed before), and
         # leaves what the replay staged: discard it.
         self.target.abort(job)

@@ -202,10 +202,11 @@ class TableEngine:
         *,
         overwrite: bool = False,
         table_id: int | None = None,
+        series: tuple[str, int] | None = None,
     ) -> int:
         return await anyio.to_thread.run_sync(
             lambda: self.store.commit_staged(
-                name, job, attempts, overwrite=overwrite, table_id=table_id
+                name, job, attempts, overwrite=overwrite, table_id=table_id, series=series
             )
         )
 

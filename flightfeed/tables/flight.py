@@ -308,6 +308,7 @@ class TableFlight:
                 attempts,
                 overwrite=commit.overwrite,
                 table_id=commit.table_id,
+                series=_series(commit),
             )
             yield bytes(RowCount(rows=rows))
         elif kind == ABORT_STAGED:
@@ -341,6 +342,16 @@ def _job(job: str) -> str:
             f"bad job id {job!r}: 1 to 256 characters, not starting {PUT_JOB_PREFIX!r}"
         )
     return job
+
+
+def _series(commit: CommitStaged) -> tuple[str, int] | None:
+    if commit.series is None:
+        return None
+    if not commit.series or len(commit.series) > 256:
+        raise InvalidArgument(f"bad series {commit.series!r}: 1 to 256 characters")
+    if commit.sequence >= 1 << 63:
+        raise InvalidArgument(f"bad sequence {commit.sequence}: at most 2^63 - 1")
+    return commit.series, commit.sequence
 
 
 async def _stage_stream(

@@ -23,6 +23,8 @@ OVERWRITE-mode table has one, its primary key. So an overwrite of every row fill
 in place of the old one, and a table whose expired rows, deleted by its TTL, come to outnumber
 its live ones is copied anew (`_compact_if_due`); readers already under way read the old one to
 their end (DuckDB's catalog is versioned like its rows). An upsert updates its row in place.
+The records of Spark jobs (staged, committed) have no index, and are forgotten when no one can
+commit their job again: a streaming query wrote a record a micro-batch, kept for ever.
 """
 
 from __future__ import annotations
@@ -67,6 +69,16 @@ log = logging.getLogger("flightfeed.tables")
 DEFAULT_STAGING_TTL_MS: Final = 86_400_000
 """Staged rows of a job neither committed nor aborted this long after it began (its driver
 died) are discarded."""
+DEFAULT_COMMITTED_JOB_TTL_MS: Final = 7 * 86_400_000
+"""How long a commit of a job of no series is remembered (so that committing it again publishes
+nothing): a Spark driver retries a commit within its own run."""
+_COMMITS_COLUMNS: Final = (
+    "table_id UBIGINT NOT NULL, job VARCHAR NOT NULL, rows UBIGINT NOT NULL, series VARCHAR,"
+    " sequence UBIGINT, committed_ms BIGINT NOT NULL"
+)
+_STAGED_COLUMNS: Final = (
+    "table_id UBIGINT NOT NULL, job VARCHAR NOT NULL, started_ms BIGINT NOT NULL"
+)
 PUT_JOB_PREFIX: Final = "put-"
 """Jobs of DoPut streams: staged, then published when their stream ends (never acknowledged
 before, so discarded when a restart finds them)."""
@@ -236,16 +248,11 @@ class TableStore:
             " name VARCHAR NOT NULL, table_schema BLOB NOT NULL, options JSON NOT NULL,"
             " partition_info BLOB NOT NULL, UNIQUE (catalog, schema_name, name))"
         )
-        self.connection.execute(
-            f"CREATE TABLE IF NOT EXISTS {_COMMITS} ("
-            " table_id UBIGINT NOT NULL, job VARCHAR NOT NULL, rows UBIGINT NOT NULL,"
-            " PRIMARY KEY (table_id, job))"
-        )
-        self.connection.execute(
-            f"CREATE TABLE IF NOT EXISTS {_STAGED} ("
-            " table_id UBIGINT NOT NULL, job VARCHAR NOT NULL, started_ms BIGINT NOT NULL,"
-            " PRIMARY KEY (table_id, job))"
-        )
+        # The job records have no index: DuckDB keeps the rows deleted from a table that has
+        # one (module doc), and a record is deleted for every job (`_unindex_job_records`).
+        self.connection.execute(f"CREATE TABLE IF NOT EXISTS {_COMMITS} ({_COMMITS_COLUMNS})")
+        self.connection.execute(f"CREATE TABLE IF NOT EXISTS {_STAGED} ({_STAGED_COLUMNS})")
+        self._unindex_job_records()
         # Ids are never reused: a write under way tells a table created again under its name
         # from the one it began on (a store from before the sequence starts after its tables).
         (last,) = self.connection.execute(
@@ -265,6 +272,30 @@ class TableStore:
                 _stored_options(key, json.loads(options)),
                 bytes(partition),
             )
+
+    def _unindex_job_records(self) -> None:
+        """A store from before copies its job records into tables without the primary key
+        (and the commits' series and time, the time of opening for the commits it has)."""
+        keyed = {
+            name
+            for (name,) in self.connection.execute(
+                "SELECT table_name FROM duckdb_constraints()"
+                " WHERE constraint_type = 'PRIMARY KEY' AND table_name IN (?, ?)",
+                [_COMMITS, _STAGED],
+            ).fetchall()
+        }
+        copies = {
+            _COMMITS: (_COMMITS_COLUMNS, f"table_id, job, rows, NULL, NULL, {_now_ms()}"),
+            _STAGED: (_STAGED_COLUMNS, "table_id, job, started_ms"),
+        }
+        for table, (columns, selected) in copies.items():
+            if table not in keyed:
+                continue
+            with _transaction(self.connection.cursor(), self._commit_lock) as cur:
+                cur.execute(f"CREATE TABLE {table}_unindexed ({columns})")
+                cur.execute(f"INSERT INTO {table}_unindexed SELECT {selected} FROM {table}")
+                cur.execute(f"DROP TABLE {table}")
+                cur.execute(f"ALTER TABLE {table}_unindexed RENAME TO {table}")
 
     def _discard_abandoned_puts(self) -> None:
         """A DoPut stages its rows under a job "put-…" and publishes them at its end: staging
@@ -403,11 +434,17 @@ class TableStore:
                 self._compact_if_due(altered)
             return altered
 
-    def purge_expired(self, staging_ttl_ms: int = DEFAULT_STAGING_TTL_MS) -> int:
-        """Deletes the rows every table's TTL has expired, and the staging of jobs begun more
-        than `staging_ttl_ms` ago and never committed nor aborted; returns the rows deleted."""
+    def purge_expired(
+        self,
+        staging_ttl_ms: int = DEFAULT_STAGING_TTL_MS,
+        committed_job_ttl_ms: int = DEFAULT_COMMITTED_JOB_TTL_MS,
+    ) -> int:
+        """Deletes the rows every table's TTL has expired, the staging of jobs begun more
+        than `staging_ttl_ms` ago and never committed nor aborted, and the records of commits
+        of no series older than `committed_job_ttl_ms`; returns the rows deleted."""
         deleted = 0
-        cutoff = _now_ms() - staging_ttl_ms
+        now = _now_ms()
+        cutoff = now - staging_ttl_ms
         with self._write_lock:
             for entry in self.tables():
                 try:
@@ -418,14 +455,19 @@ class TableStore:
                             [entry.id, cutoff],
                         ).fetchall()
                         discarded = sum(_discard_job(cur, entry, job) for (job,) in stale)
+                        (forgotten,) = cur.execute(
+                            f"DELETE FROM {_COMMITS} WHERE table_id = ? AND series IS NULL"
+                            " AND committed_ms < ?",
+                            [entry.id, now - committed_job_ttl_ms],
+                        ).fetchone() or (0,)
                 except duckdb.Error as exc:  # one table's trouble must not stop the others'
                     log.warning("purging table %s failed, left as it was: %s", entry.name, exc)
                     continue
                 if expired:
                     self._compact_if_due(entry)
-                if expired or stale:  # (counted once committed, as `_writing` does; a purge
-                    self._writes += 1  # that deleted nothing changed nothing, and it runs
-                deleted += expired + discarded  # every few seconds, read or not)
+                if expired or stale or forgotten:  # (counted once committed, as `_writing`
+                    self._writes += 1  # does; a purge that deleted nothing changed nothing,
+                deleted += expired + discarded  # and it runs every few seconds, read or not)
         return deleted
 
     # --- writes ------------------------------------------------------------------------
@@ -467,8 +509,9 @@ class TableStore:
             self._same_table(name, entry.id)  # (not dropped since its rows were conformed)
             if not job.startswith(PUT_JOB_PREFIX):  # (a DoPut's job ends with its stream)
                 cur.execute(
-                    f"INSERT INTO {_STAGED} VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                    [entry.id, job, _now_ms()],
+                    f"INSERT INTO {_STAGED} SELECT ?, ?, ? WHERE NOT EXISTS"
+                    f" (SELECT 1 FROM {_STAGED} WHERE table_id = ? AND job = ?)",
+                    [entry.id, job, _now_ms(), entry.id, job],
                 )
             cur.register("incoming", tagged)
             try:
@@ -487,6 +530,7 @@ class TableStore:
         *,
         overwrite: bool = False,
         table_id: int | None = None,
+        series: tuple[str, int] | None = None,
     ) -> int:
         """Publishes exactly the rows of the committed (partition, attempt)s of `job` (all of
         the table's rows replaced, with `overwrite`) and discards the job's staging, in one
@@ -494,7 +538,10 @@ class TableStore:
 
         Committing a job again publishes nothing and answers the first commit's count: a driver
         that retries its commit, or a streaming micro-batch replayed after its commit, lands
-        exactly once."""
+        exactly once. That is remembered for `DEFAULT_COMMITTED_JOB_TTL_MS` (`purge_expired`),
+        or, for a job of a `series` (its name, this job's place in it: a streaming query's
+        micro-batches, which Spark never runs again once the next one began), until the
+        series' job after the next commits."""
         partitions = [p for p, _ in attempts]
         if len(set(partitions)) != len(partitions):
             raise InvalidArgument(f"a job commits one attempt per partition, got {list(attempts)}")
@@ -528,7 +575,7 @@ class TableStore:
                 cur.unregister("committed")
             _discard_job(cur, entry, job)
             if not job.startswith(PUT_JOB_PREFIX):  # a DoPut's job is never committed twice
-                cur.execute(f"INSERT INTO {_COMMITS} VALUES (?, ?, ?)", [entry.id, job, published])
+                _remember_commit(cur, entry, job, published, series)
             return published
 
     def _compact_if_due(self, entry: TableEntry) -> None:
@@ -932,6 +979,26 @@ def _purge(cur: duckdb.DuckDBPyConnection, entry: TableEntry) -> int:
         [_cutoff(_now_ms() - entry.options.ttl_ms)],
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def _remember_commit(
+    cur: duckdb.DuckDBPyConnection,
+    entry: TableEntry,
+    job: str,
+    published: int,
+    series: tuple[str, int] | None,
+) -> None:
+    """Records a commit, and forgets those of its series before the one before it."""
+    name, sequence = series if series is not None else (None, None)
+    cur.execute(
+        f"INSERT INTO {_COMMITS} VALUES (?, ?, ?, ?, ?, ?)",
+        [entry.id, job, published, name, sequence, _now_ms()],
+    )
+    if series is not None and sequence:
+        cur.execute(
+            f"DELETE FROM {_COMMITS} WHERE table_id = ? AND series = ? AND sequence < ?",
+            [entry.id, name, sequence - 1],
+        )
 
 
 def _discard_job(cur: duckdb.DuckDBPyConnection, entry: TableEntry, job: str) -> int:

@@ -107,6 +107,21 @@ def count_rows(worker: Worker, table: str) -> int:
     return int(RowCount.parse(action(worker, "count_rows", bytes(TableRef(table=table)))).rows)
 
 
+def committed_jobs(worker: Worker, prefix: str) -> list[str]:
+    """The commits of jobs named `prefix...` the worker's store remembers (to publish nothing
+    when one comes again)."""
+    assert worker.state.tables is not None
+    cursor = worker.state.tables.store.connection.cursor()
+    try:
+        found = cursor.execute(
+            "SELECT job FROM flightfeed_committed_jobs WHERE starts_with(job, ?) ORDER BY job",
+            [prefix],
+        )
+        return [job for (job,) in found.fetchall()]
+    finally:
+        cursor.close()
+
+
 def staged_rows(worker: Worker, table: str) -> int:
     """Rows staged and not yet committed or aborted, of any job (read in process: the worker's
     DuckDB file is locked to other connections)."""
@@ -626,10 +641,16 @@ def test_a_stream_lands_once_per_micro_batch_and_a_replay_adds_nothing(
     staged = writer.target.stage(job, 0, 12345, files[1].to_batches())
     assert staged.rows == 400
     assert staged_rows(table_worker, table) == 400
-    message = TableCommitMessage(job, 0, 12345, staged.rows, batch_id=1, table_id=staged.table_id)
+    message = TableCommitMessage(
+        job, 0, 12345, staged.rows, batch_id=1, table_id=staged.table_id, query_id=first.id
+    )
     writer.commit([message], 1)
     assert count_rows(table_worker, table) == 1200
     assert staged_rows(table_worker, table) == 0
+    # The worker remembers the query's last two commits only: Spark runs no earlier one again
+    # (it remembered every micro-batch's, for ever).
+    remembered = committed_jobs(table_worker, stream_job(first.id, 0)[:-1])
+    assert remembered == [stream_job(first.id, 1), stream_job(first.id, 2)]
 
 
 def from_schema(spark: Any, table: pa.Table) -> Any:

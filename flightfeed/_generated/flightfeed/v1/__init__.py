@@ -410,6 +410,17 @@ class CommitStaged(betterproto2.Message):
     names another table now (dropped and created again), nothing is published.
     """
 
+    series: "str | None" = betterproto2.field(6, betterproto2.TYPE_STRING, optional=True)
+    """
+    The job is one of a series that runs its jobs in order and never runs one again once
+    the next has begun (a Spark streaming query's micro-batches: its id, and the batch id as
+    `sequence`). A commit is remembered so that committing the job again publishes nothing;
+    a series' commits before `sequence - 1` are forgotten, as no one can send them again. A
+    job of no series is remembered for a week.
+    """
+
+    sequence: "int" = betterproto2.field(7, betterproto2.TYPE_UINT64)
+
 
 default_message_pool.register_message("flightfeed.v1", "CommitStaged", CommitStaged)
 
