@@ -203,3 +203,38 @@ def test_the_endpoints_of_one_flight_info_read_one_version_of_the_table(
         assert sorted_rows(pa.concat_tables(now)) == newer.to_pylist()
         again = [client.do_get(e.ticket).read_all() for e in reversed(fresh.endpoints)]
         assert list(reversed(again)) == now
+
+
+@pytest.mark.parametrize(
+    ("series", "sequence", "message"),
+    [
+        ("", 1, "bad series ''"),
+        ("q" * 257, 1, "bad series"),
+        ("q", 1 << 63, "bad sequence"),
+    ],
+)
+def test_a_commit_of_a_bad_series_is_refused_and_publishes_nothing(
+    worker: str, capsys: pytest.CaptureFixture[str], series: str, sequence: int, message: str
+) -> None:
+    name = f"series_{len(series)}_{sequence.bit_length()}"
+    create_with_rows(capsys, worker, name)
+    staged = StagedWrite(job="spark-stream-q-1", partition=0, attempt=1)
+    command = TableCommand(version=1, table=TableRef(table=name), staged=staged)
+    with flight.connect(worker) as client:
+        descriptor = flight.FlightDescriptor.for_command(bytes(command))
+        writer, reader = client.do_put(descriptor, ROWS.schema)
+        writer.write_table(ROWS)
+        writer.done_writing()
+        reader.read()
+        writer.close()
+        commit = CommitStaged(
+            table=TableRef(table=name),
+            job="spark-stream-q-1",
+            attempts=[StagedAttempt(partition=0, attempt=1)],
+            series=series,
+            sequence=sequence,
+        )
+        with pytest.raises(pa.ArrowInvalid, match=message):
+            list(client.do_action(flight.Action("commit_staged", bytes(commit))))
+        (endpoint,) = client.get_flight_info(flight.FlightDescriptor.for_path(name)).endpoints
+        assert client.do_get(endpoint.ticket).read_all().num_rows == ROWS.num_rows
