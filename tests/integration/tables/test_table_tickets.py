@@ -158,9 +158,8 @@ def test_a_read_of_no_columns_streams_the_rows_without_their_values(
             client.get_flight_info(command(no_columns=True, columns=["v"]))
 
 
-def overwrite(client: flight.FlightClient, name: str, rows: pa.Table, job: str) -> None:
-    """What a Spark write with mode overwrite does: stage the rows, then commit them as the
-    table's every row."""
+def stage(client: flight.FlightClient, name: str, rows: pa.Table, job: str) -> None:
+    """What a Spark task does: stage its rows as attempt 1 of partition 0 of `job`."""
     staged = StagedWrite(job=job, partition=0, attempt=1)
     command = TableCommand(version=1, table=TableRef(table=name), staged=staged)
     writer, reader = client.do_put(flight.FlightDescriptor.for_command(bytes(command)), rows.schema)
@@ -168,6 +167,12 @@ def overwrite(client: flight.FlightClient, name: str, rows: pa.Table, job: str) 
     writer.done_writing()
     reader.read()
     writer.close()
+
+
+def overwrite(client: flight.FlightClient, name: str, rows: pa.Table, job: str) -> None:
+    """What a Spark write with mode overwrite does: stage the rows, then commit them as the
+    table's every row."""
+    stage(client, name, rows, job)
     commit = CommitStaged(
         table=TableRef(table=name),
         job=job,
@@ -218,15 +223,8 @@ def test_a_commit_of_a_bad_series_is_refused_and_publishes_nothing(
 ) -> None:
     name = f"series_{len(series)}_{sequence.bit_length()}"
     create_with_rows(capsys, worker, name)
-    staged = StagedWrite(job="spark-stream-q-1", partition=0, attempt=1)
-    command = TableCommand(version=1, table=TableRef(table=name), staged=staged)
     with flight.connect(worker) as client:
-        descriptor = flight.FlightDescriptor.for_command(bytes(command))
-        writer, reader = client.do_put(descriptor, ROWS.schema)
-        writer.write_table(ROWS)
-        writer.done_writing()
-        reader.read()
-        writer.close()
+        stage(client, name, ROWS, "spark-stream-q-1")
         commit = CommitStaged(
             table=TableRef(table=name),
             job="spark-stream-q-1",
