@@ -163,13 +163,13 @@ class TableEngine:
     async def purge_expired(self) -> int:
         return await self._run(self.store.purge_expired)
 
-    async def plan_slices(self, read: TableRead, slices: int) -> Snapshot:
+    async def plan_slices(self, read: TableRead, slices: int, *, holder: str = "") -> Snapshot:
         """A read of table `read.table_id` planned as `slices` row-id ranges (`.slices`, which
         cover every row of the snapshot) that are read later, each with
-        `read(..., snapshot=snapshot.ref)`."""
+        `read(..., snapshot=snapshot.ref)`; `holder` planned it (TableSnapshots.open)."""
         if read.table_id is None:
             raise ValueError("a read planned in slices names its table id")
-        return await self.snapshots.open(read.name, read.table_id, slices)
+        return await self.snapshots.open(read.name, read.table_id, slices, holder=holder)
 
     async def row_count(self, name: TableName) -> int:
         return await self._run(self.store.row_count, name)

@@ -201,7 +201,9 @@ class TableFlight:
         command = parse_command(descriptor)
         return self.engine().read_schema(command.read)
 
-    async def flight_info(self, descriptor: FlightDescriptor) -> FlightInfo:
+    async def flight_info(self, descriptor: FlightDescriptor, *, holder: str = "") -> FlightInfo:
+        """The read's endpoints; planned in several, a snapshot held for `holder` (the
+        caller's host: snapshots.py)."""
         engine = self.engine()
         command = parse_command(descriptor)
         entry = engine.entry(command.read.name)
@@ -215,7 +217,7 @@ class TableFlight:
         snapshot: SnapshotRef | None = None
         slices = [(0, -1)]  # (one ticket, one transaction: no snapshot to hold)
         if command.partitions > 1:  # (the slices' reads see the table as it is now)
-            planned = await engine.plan_slices(read, command.partitions)
+            planned = await engine.plan_slices(read, command.partitions, holder=holder)
             snapshot, slices = planned.ref, planned.slices
         location = [Location(uri=self.location())]
         endpoints = [

@@ -14,8 +14,13 @@ write-ahead log and memory grow with what is written meanwhile. So a snapshot is
 soon as every slice was read to its end (or `grace` seconds after: a Spark task retried after
 its read, once a write has committed, needs the snapshot itself), `ttl` seconds after its last
 read ended while slices are still unread (a `show()` reads only a few; a task that failed
-midway is retried), and sooner, the one due first, when `max_snapshots` are held and another
-read is planned.
+midway is retried), and sooner when `max_snapshots` are held and another read is planned.
+
+Which one makes room is fair between the hosts that plan reads (a snapshot's `holder`): one
+read whole first; else one of the host holding the most, the one due first among them. One
+host planning reads in a loop (a dashboard, a hostile caller) then releases its own, where
+releasing the one due first across hosts let it release every other host's, and a Spark job
+read midway failed at its next task once a write had committed.
 
 A released snapshot's slice is still read while the store is at the version it was opened at
 (no write since: the same rows under the same row ids, `TableStore.scan_unchanged`): Spark
@@ -29,6 +34,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -86,6 +92,9 @@ class Snapshot:
     unread: set[RowIds] = field(init=False)
     """The slices with rows not read to their end yet (an empty one, of a table with fewer
     rows than slices, has nothing to read: it needs no snapshot)."""
+    holder: str = ""
+    """Who planned the read (the host it came from; empty: unknown): room is made fairly
+    between holders."""
     readers: int = 0
     idle_since: float = field(default_factory=anyio.current_time)
 
@@ -127,12 +136,15 @@ class TableSnapshots:
     def __len__(self) -> int:
         return len(self._held)
 
-    async def open(self, name: TableName, table_id: int, slices: int) -> Snapshot:
-        """A snapshot of table `table_id` for a read in `slices` slices of its row ids."""
+    async def open(
+        self, name: TableName, table_id: int, slices: int, *, holder: str = ""
+    ) -> Snapshot:
+        """A snapshot of table `table_id` for a read in `slices` slices of its row ids, planned
+        by `holder` (module doc)."""
         if slices < 1:
             raise ValueError(f"a read has at least one slice, got {slices}")
         while len(self._held) + self._opening >= self.max_snapshots:
-            due = self._first_due()
+            due = self._to_make_room(holder)
             if due is None:
                 raise ResourceExhausted(
                     f"{len(self._held) + self._opening} table reads are being read at once on"
@@ -158,7 +170,7 @@ class TableSnapshots:
         bounds = [(top + 1) * i // slices for i in range(slices + 1)]
         ranges = list(itertools.pairwise(bounds))
         snapshot = Snapshot(secrets.token_bytes(SNAPSHOT_ID_BYTES), version, name, table_id,
-                            ranges, lend, borrow, count)  # fmt: skip
+                            ranges, lend, borrow, count, holder=holder)  # fmt: skip
         self._held[snapshot.id] = snapshot
         self._idle[snapshot.id] = snapshot
         self._changed.notify()
@@ -218,7 +230,8 @@ class TableSnapshots:
             f"the snapshot this ticket reads ({snapshot_id.hex()[:8]}…) is no longer held{since}:"
             f" a read's snapshot is released {self.grace:g}s after each of its endpoints was"
             f" read, {self.ttl:g}s after the last read while some are unread, sooner when many"
-            " reads are held, and when the worker restarts. Plan the read again (GetFlightInfo)"
+            " reads are held (those of the host planning the most first), and when the worker"
+            " restarts. Plan the read again (GetFlightInfo)"
         )
 
     async def expire_idle(self) -> None:
@@ -241,6 +254,22 @@ class TableSnapshots:
     def _first_due(self) -> Snapshot | None:
         """The idle snapshot to be released first (None: every one is being read)."""
         return min(self._idle.values(), key=self._due_at, default=None)
+
+    def _to_make_room(self, holder: str) -> Snapshot | None:
+        """The idle snapshot released for `holder`'s new read (module doc; None: every one is
+        being read): one read whole, else one of the holder holding the most (the new read
+        counted as `holder`'s), the one due first among them. So while all are idle, a holder
+        holding at most its share (`max_snapshots // holders`) never loses one to another's
+        read: the most held is always more than that share."""
+        if not self._idle:
+            return None
+        held = Counter(snapshot.holder for snapshot in self._held.values())
+        held[holder] += 1
+
+        def claim(snapshot: Snapshot) -> tuple[bool, int, float]:
+            return (not snapshot.unread, held[snapshot.holder], -self._due_at(snapshot))
+
+        return max(self._idle.values(), key=claim)
 
     async def changed(self) -> None:
         """Wait for the next change: a snapshot opened, read, idle again or released."""

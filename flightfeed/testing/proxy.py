@@ -1,4 +1,5 @@
-"""A TCP proxy in front of a worker, for fault injection: cut or freeze its connections."""
+"""A TCP proxy in front of a worker, for fault injection: cut or freeze its connections, or
+make its clients another host."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from ..flight.client import parse_location
 class TcpProxy:
     """Forwards connections to a worker, for fault injection. `cut()` closes them all at once,
     as a crashed worker would; `freeze()` silences them without closing, as a paused machine or
-    a network partition would (no FIN, no RST). The worker itself keeps running."""
+    a network partition would (no FIN, no RST). The worker itself keeps running.
+    `source_host` is the address it connects to the worker from: another loopback address
+    (127.0.0.2) makes its clients another host as the worker sees them."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, *, source_host: str | None = None) -> None:
         self.target = target
         self._host, self._port = parse_location(target)
+        self._source_host = source_host
         self.location = ""
         self.connections = 0
         """Connections accepted so far."""
@@ -58,7 +62,9 @@ class TcpProxy:
         self.connections += 1
         async with client:
             try:
-                upstream = await anyio.connect_tcp(self._host, self._port)
+                upstream = await anyio.connect_tcp(
+                    self._host, self._port, local_host=self._source_host
+                )
             except OSError:
                 return
             async with upstream, anyio.create_task_group() as tg:
@@ -80,9 +86,10 @@ class TcpProxy:
 
 
 @asynccontextmanager
-async def tcp_proxy(target: str) -> AsyncIterator[TcpProxy]:
-    """A TcpProxy to `target` (a worker location) on a free local port, for fault injection."""
-    proxy = TcpProxy(target)
+async def tcp_proxy(target: str, *, source_host: str | None = None) -> AsyncIterator[TcpProxy]:
+    """A TcpProxy to `target` (a worker location) on a free local port, for fault injection
+    (`source_host`: TcpProxy)."""
+    proxy = TcpProxy(target, source_host=source_host)
     async with anyio.create_task_group() as tg:
         await tg.start(proxy._serve)
         try:

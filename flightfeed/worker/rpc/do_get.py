@@ -47,7 +47,8 @@ class WorkerFlightHandler(FlightHandler):
         await shared_memory_read(self.state, self.tables, reader, writer, local=local)
 
     async def get_flight_info(self, ctx: CallContext, descriptor: FlightDescriptor) -> FlightInfo:
-        return await self.tables.flight_info(descriptor)
+        # (the host, not the port: a client's connections share its fair share of snapshots)
+        return await self.tables.flight_info(descriptor, holder=ctx.peer[0] if ctx.peer else "")
 
     async def get_schema(self, ctx: CallContext, descriptor: FlightDescriptor) -> pa.Schema:
         return self.tables.schema(descriptor)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
+from anyio.from_thread import start_blocking_portal
 from helpers.tables_cli import tables
 from helpers.worker_process import worker_process
 
@@ -24,6 +25,8 @@ from flightfeed._generated.flightfeed.v1 import (
     TableTicket,
 )
 from flightfeed.tables.flight import TABLE_TICKET_PREFIX
+from flightfeed.tables.snapshots import MAX_SNAPSHOTS
+from flightfeed.testing.proxy import tcp_proxy
 
 ROWS = pa.table(
     {
@@ -208,6 +211,32 @@ def test_the_endpoints_of_one_flight_info_read_one_version_of_the_table(
         assert sorted_rows(pa.concat_tables(now)) == newer.to_pylist()
         again = [client.do_get(e.ticket).read_all() for e in reversed(fresh.endpoints)]
         assert list(reversed(again)) == now
+
+
+def test_a_host_planning_reads_in_a_loop_releases_its_own_snapshots(
+    worker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Spark job's read planned from one host, read midway; another host plans twice the
+    worker's cap of reads without reading them, and a write commits. Before, each of those
+    reads made room by releasing the snapshot due first, the job's among them, and its next
+    ticket was NOT_FOUND; now the host planning the most makes room with its own."""
+    create_with_rows(capsys, worker, "fair")
+    command = TableCommand(version=1, table=TableRef(table="fair"), partitions=2)
+    descriptor = flight.FlightDescriptor.for_command(bytes(command))
+    newer = ROWS.set_column(2, "v", pa.array([10.0] * 6))
+    with (
+        flight.connect(worker) as job,
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(tcp_proxy(worker, source_host="127.0.0.2")) as proxy,
+        flight.connect(proxy.location) as other_host,
+    ):
+        info = job.get_flight_info(descriptor)
+        first = job.do_get(info.endpoints[0].ticket).read_all()
+        for _ in range(2 * MAX_SNAPSHOTS):
+            assert len(other_host.get_flight_info(descriptor).endpoints) == 2
+        overwrite(job, "fair", newer, "fair-overwrite")
+        second = job.do_get(info.endpoints[1].ticket).read_all()
+        assert sorted_rows(pa.concat_tables([first, second])) == ROWS.to_pylist()
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ snapshot is refused, never read anew; the worker holds a bounded number of them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 from anyio.abc import TaskStatus
 from anyio.lowlevel import checkpoint
 from helpers.keyed_table import KEYED, keyed_rows
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flightfeed.errors import NotFound, ResourceExhausted
 from flightfeed.plan.base import closing
@@ -329,3 +332,57 @@ async def test_a_table_with_fewer_rows_than_slices_reads_whole_in_any_order(
             await anyio.wait_all_tasks_blocked()  # (the expiry releases what is due)
         tg.cancel_scope.cancel()
     assert sorted(pa.concat_tables(read).column("k").to_pylist()) == [0, 1, 2]
+
+
+async def test_at_the_cap_the_host_planning_the_most_reads_makes_room(
+    engine: TableEngine,
+) -> None:
+    """One host planning reads in a loop (a dashboard, a hostile caller) releases its own
+    snapshots, not a Spark job's read midway. Before, the snapshot due first across hosts made
+    room: the job's, idle longest, and its next task was NOT_FOUND once a write committed."""
+    snapshots = engine.snapshots = TableSnapshots(engine.store, max_snapshots=4, ttl=3600)
+    table_id = engine.entry(T).id
+    job = await snapshots.open(T, table_id, 2, holder="10.0.0.1")
+    await read_slice(engine, job.ref, job.slices[0])  # (its first task: one slice left unread)
+    flood = [await snapshots.open(T, table_id, 2, holder="10.0.0.2") for _ in range(20)]
+    await overwrite(engine, version(2.0), "job-2")
+    rest = await read_slice(engine, job.ref, job.slices[1])
+    assert rest.num_rows == ROWS // 2
+    assert set(rest.column("v").to_pylist()) == {1.0}
+    kept = [snapshot for snapshot in flood if snapshot.id in {s.id for s in held(snapshots)}]
+    assert kept == flood[-3:]
+    await snapshots.close()
+
+
+def held(snapshots: TableSnapshots) -> list[Snapshot]:
+    return list(snapshots._held.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cap=st.integers(1, 6),
+    holders=st.lists(st.sampled_from("abcd"), min_size=1, max_size=24),
+)
+async def test_a_host_within_its_share_never_loses_a_snapshot_to_another_hosts_read(
+    cap: int, holders: list[str]
+) -> None:
+    """The fairness of making room, for any sequence of reads planned (none read yet): after
+    each, every host holds at least as many as it planned, up to `cap // hosts`."""
+    engine = await TableEngine.open(None)
+    try:
+        await engine.create(T, KEYED)
+        await engine.write([(T, version(1.0, 8))])
+        snapshots = TableSnapshots(engine.store, max_snapshots=cap, ttl=3600)
+        table_id = engine.entry(T).id
+        planned: Counter[str] = Counter()
+        for holder in holders:
+            await snapshots.open(T, table_id, 2, holder=holder)
+            planned[holder] += 1
+            now = Counter(snapshot.holder for snapshot in held(snapshots))
+            assert sum(now.values()) == min(cap, sum(planned.values()))
+            share = cap // len(planned)
+            for host, count in planned.items():
+                assert now[host] >= min(count, share), (host, now, planned)
+        await snapshots.close()
+    finally:
+        await engine.aclose()
