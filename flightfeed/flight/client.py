@@ -14,10 +14,11 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import urlparse
 
 import anyio
+import anyio.lowlevel
 import grpclib.client
 import pyarrow as pa
 from grpclib.const import Cardinality, Status
@@ -220,6 +221,22 @@ class DoGetCall:
             return await reader.read_all()
 
 
+T = TypeVar("T")
+
+
+async def received(stream: AsyncIterator[T]) -> list[T]:
+    """Every message of a stream, cancellable between any two. Under uvloop, a stream whose
+    next message has always arrived by the time the task is cancelled never parks it on a
+    pending future, and anyio delivers a cancellation only to a task so parked: a client that
+    left a server streaming results fast (a DoAction under a cancelled scope) kept reading
+    them, for as long as the server sent."""
+    replies: list[T] = []
+    async for reply in stream:
+        replies.append(reply)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+    return replies
+
+
 class FlightClient:
     """Async client for one Flight server: any number of concurrent calls, over one HTTP/2
     connection while they fit the server's stream limit and a pool of them beyond it.
@@ -332,7 +349,7 @@ class FlightClient:
             method, Cardinality.UNARY_STREAM, type(request), reply_type, metadata
         ) as stream:
             await stream.send_message(request, end=True)
-            return [reply async for reply in stream]
+            return await received(stream)
 
     # --- RPCs -------------------------------------------------------------------------------
 
@@ -346,7 +363,7 @@ class FlightClient:
             for payload in payloads:
                 await stream.send_message(HandshakeRequest(payload=payload))
             await stream.end()
-            replies: list[HandshakeResponse] = [reply async for reply in stream]
+            replies: list[HandshakeResponse] = await received(stream)
         return [reply.payload for reply in replies]
 
     async def list_flights(

@@ -36,7 +36,7 @@ from .._generated.arrow.flight.protocol import (
     SchemaResult,
     Ticket,
 )
-from ..concurrency import off_loop
+from ..concurrency import closing, off_loop
 from ..errors import FlightfeedError, InvalidArgument, Unauthenticated, Unimplemented
 from .auth import AUTHORIZATION, REFUSED, Authenticator, basic_password, bearer, bearer_token
 from .call_count import CallCount
@@ -327,8 +327,12 @@ class FlightService:
             async for request in receive_messages(stream, HandshakeRequest, self.max_message_size):
                 yield request
 
-        async for response in self.handler.handshake(ctx, requests()):
-            await stream.send_message(response)
+        async with (
+            closing(requests()) as received,
+            closing(self.handler.handshake(ctx, received)) as responses,
+        ):
+            async for response in responses:
+                await stream.send_message(response)
 
     async def _authenticate(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext, auth: Authenticator
@@ -348,8 +352,9 @@ class FlightService:
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
     ) -> None:
         criteria = await receive_request(stream, Criteria, self.max_message_size)
-        async for info in self.handler.list_flights(ctx, criteria.expression):
-            await stream.send_message(info)
+        async with closing(self.handler.list_flights(ctx, criteria.expression)) as infos:
+            async for info in infos:
+                await stream.send_message(info)
 
     async def _get_flight_info(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext
@@ -393,8 +398,9 @@ class FlightService:
 
     async def _do_action(self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
         action = await receive_request(stream, Action, self.max_message_size)
-        async for body in self.handler.do_action(ctx, action):
-            await stream.send_message(Result(body=body))
+        async with closing(self.handler.do_action(ctx, action)) as bodies:
+            async for body in bodies:
+                await stream.send_message(Result(body=body))
 
     async def _list_actions(
         self, stream: grpclib.server.Stream[Any, Any], ctx: CallContext

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 import grpclib.client
 from grpclib.const import Cardinality
 from grpclib.exceptions import GRPCError, StreamTerminatedError
@@ -150,6 +151,9 @@ class GrpcTaskChannel(MetricsWaiter):
         try:
             async for raw in self._stream:
                 yield decode_worker_message(raw, self._max_message_size)
+                # (a worker sending fast never parks this task on a pending future, and anyio
+                # delivers a cancellation only to a parked one: flight.client.received)
+                await anyio.lowlevel.checkpoint_if_cancelled()
             await status_checker(self._stream, self._errors)()
         except (GRPCError, StreamTerminatedError) as exc:
             forget_wakeup_cancel(self._stream, task, baseline)

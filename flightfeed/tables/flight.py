@@ -47,6 +47,7 @@ from ..flight.schema import schema_to_ipc
 from ..flight.server import PutResultWriter
 from ..flight.streams import FlightDataReader, FlightDataWriter
 from ..messages import parse_strict
+from ..plan.base import closing
 from ..plan.expr_proto import expr_from_proto
 from .engine import TableEngine, TableRead
 from .predicate import split_predicates
@@ -251,8 +252,12 @@ class TableFlight:
         read = replace(read, rowid_range=(found.rowid_start, end), table_id=found.table_id)
         snapshot = _snapshot_of(found)
         await writer.begin(engine.read_schema(read))
-        async for batch in engine.read(read, snapshot=snapshot):
-            await writer.write(batch)
+        # (closed here, by this task, when the client leaves midway: left to the garbage
+        # collector, its scan's cancel scopes were exited in another task, and the worker
+        # logged "Attempted to exit cancel scope in a different task")
+        async with closing(engine.read(read, snapshot=snapshot)) as batches:
+            async for batch in batches:
+                await writer.write(batch)
 
     async def do_put(self, reader: FlightDataReader, results: PutResultWriter) -> None:
         engine = self.engine()

@@ -14,6 +14,7 @@ from ..._generated.arrow.flight.protocol import (
     FlightDescriptor,
     FlightInfo,
 )
+from ...concurrency import closing
 from ...flight.server import CallContext, FlightHandler, PutResultWriter
 from ...flight.shared_memory import is_loopback_peer
 from ...flight.streams import FlightDataReader, FlightDataWriter
@@ -59,8 +60,9 @@ class WorkerFlightHandler(FlightHandler):
         await self.tables.do_put(reader, results)
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
-        async for result in self.tables.do_action(action):
-            yield result
+        async with closing(self.tables.do_action(action)) as results:
+            async for result in results:
+                yield result
 
     async def list_actions(self, ctx: CallContext) -> Sequence[ActionType]:
         return TABLE_ACTIONS
@@ -68,5 +70,6 @@ class WorkerFlightHandler(FlightHandler):
     async def list_flights(self, ctx: CallContext, criteria: bytes) -> AsyncIterator[FlightInfo]:
         if self.state.tables is None:
             return
-        async for info in self.tables.list_flights():
-            yield info
+        async with closing(self.tables.list_flights()) as infos:
+            async for info in infos:
+                yield info
