@@ -288,6 +288,11 @@ class Coordinator:
             for query in held:
                 await query.runtime.finished.wait()
 
+    async def _usable_workers(self) -> list[str]:
+        """The resolver's workers a query may use now (health.py; checks of workers left out
+        run in the coordinator's task group, not in the query's path)."""
+        return await self.health.usable(await self.resolver.workers(), background=self._tg)
+
     # -- queries ----------------------------------------------------------------------------------
 
     def execute(
@@ -415,7 +420,7 @@ class Coordinator:
         attempt: int,
     ) -> tuple[QueryRuntime, ExecutionPlan]:
         """Plan over the usable workers, assign tasks round-robin and connect to them."""
-        workers = await self.health.usable(await self.resolver.workers())
+        workers = await self._usable_workers()
         distributed = self.planner.plan(plan, len(workers))
         runtime = await self._runtime(
             distributed, workers, query_id, headers, metrics, attempt=attempt
@@ -521,7 +526,7 @@ class Coordinator:
         providers: Mapping[bytes, WorkUnitFeedProvider[Any]] | None,
     ) -> tuple[QueryRuntime, DistributedPlan]:
         """A held query's plan, all of it on the workers, and its runtime."""
-        workers = await self.health.usable(await self.resolver.workers())
+        workers = await self._usable_workers()
         if not workers:
             raise NotFound("the worker resolver returned no workers to hold a query on")
         distributed = self.planner.plan_on_workers(plan, len(workers))
@@ -611,7 +616,7 @@ class Coordinator:
         if run.task.worker is not None:
             return None
         try:
-            usable = await self.health.usable(await self.resolver.workers())
+            usable = await self._usable_workers()
         except FlightfeedError:
             return None
         others = [url for url in usable if url != run.worker_url]

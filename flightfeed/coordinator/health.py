@@ -3,10 +3,11 @@
 At query start every worker the resolver names is connected (and version-checked) at once; one
 that cannot be reached, or that recently failed a query (lost connection, no reply to a
 keepalive PING), is left out, and the query runs on the others. A worker that answers wrongly
-(another version, say) is not skipped: the query fails saying so. A worker left out is tried
-again `recheck_after` seconds later, and stays out while its GetWorkerInfo says it is shutting
-down (draining: it finishes its tasks over its open connection, and refuses new ones). Only when
-none is left does the query fail, naming each worker and why.
+(another version, say) is not skipped: the query fails saying so. A worker left out is checked
+again by the first query `recheck_after` seconds later, in the background (the coordinator's
+task group) while that query runs on the others, and stays out while its GetWorkerInfo says it
+is shutting down (draining: it finishes its tasks over its open connection, and refuses new
+ones). Only when none is left does the query fail, naming each worker and why.
 
 After a query attempt fails, `lost` asks each of its workers for its version over its live
 channel, with a short deadline: a worker that does not answer (killed, stopped, cut off) is
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
+from anyio.abc import TaskGroup
 from grpclib.const import Status
 
 from ..errors import FlightfeedError, RemoteError, Unavailable
@@ -33,6 +35,16 @@ DEFAULT_PROBE_TIMEOUT: Final = 3.0
 SHUTTING_DOWN: Final = "the worker is shutting down (it says so in GetWorkerInfo)"
 
 
+@dataclass(eq=False)
+class _Check:
+    """One check of a worker, shared by the queries that ask for it meanwhile."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: bool | Exception = False
+    """Whether a query may use the worker, or the error of a worker that answered wrongly
+    (False also when the check was cancelled: then `down` may not say why)."""
+
+
 @dataclass
 class WorkerHealth:
     channels: ChannelResolver
@@ -42,55 +54,105 @@ class WorkerHealth:
     down: dict[str, tuple[float, str]] = field(default_factory=dict)
     """Workers left out of new queries: since when (anyio's clock) and why."""
 
-    async def usable(self, urls: Sequence[str]) -> list[str]:
-        """The workers of `urls` a query may use now, in their order."""
+    _checking: dict[str, _Check] = field(default_factory=dict, repr=False)
+    """The checks under way, by worker: one for every query that asks meanwhile."""
+
+    async def usable(
+        self, urls: Sequence[str], *, background: TaskGroup | None = None
+    ) -> list[str]:
+        """The workers of `urls` a query may use now, in their order. A worker left out and
+        due for another check is checked in `background` while the query runs on the others
+        (it is back for the queries after); the query waits for that check only when no other
+        worker is usable, and for a worker never reached yet. Queries asking meanwhile share
+        each check. Before, every query due a check waited for it: a stopped worker (which
+        still accepts connections) cost each query started then the whole connect timeout."""
         now = anyio.current_time()
-        reachable: dict[str, bool] = {}
-        wrong: list[Exception] = []
-
-        async def check(url: str) -> None:
-            try:
-                with anyio.fail_after(self.connect_timeout):
-                    channel = await self.channels.channel(url)
-                    if url in self.down and (await channel.worker_info()).draining:
-                        self.down[url] = (anyio.current_time(), SHUTTING_DOWN)
-                        reachable[url] = False
-                        return
-            except (RemoteError, OSError, TimeoutError) as exc:
-                if isinstance(exc, RemoteError) and exc.grpc_status is not Status.UNAVAILABLE:
-                    wrong.append(exc)  # reached, and something else is wrong
-                    return
-                self.down[url] = (anyio.current_time(), _reason(exc))
-                reachable[url] = False
-                return
-            except FlightfeedError as exc:  # (another version, say): the query says what
-                wrong.append(exc)
-                return
-            self.down.pop(url, None)
-            reachable[url] = True
-
+        ordered = list(dict.fromkeys(urls))
         due = [
             url
-            for url in dict.fromkeys(urls)
+            for url in ordered
             if url not in self.down or now - self.down[url][0] >= self.recheck_after
         ]
-        for url in due:
-            # connected and checked: nothing to wait for, unless it was left out (it may be
-            # shutting down still, its connection open for the tasks it finishes)
-            if self.channels.is_open(url) and url not in self.down:
-                reachable[url] = True
-        connecting = [url for url in due if url not in reachable]
-        if connecting:
-            async with anyio.create_task_group() as tg:
-                for url in connecting:
-                    tg.start_soon(check, url)
+        # connected and checked: nothing to wait for, unless it was left out (it may be
+        # shutting down still, its connection open for the tasks it finishes)
+        reachable = {
+            url: True for url in due if self.channels.is_open(url) and url not in self.down
+        }
+        first = [url for url in due if url not in reachable and url not in self.down]
+        again = [url for url in due if url in self.down]
+        wrong: list[Exception] = []
+
+        async def outcome(url: str, tg: TaskGroup) -> None:
+            check = self._check_in(tg, url)
+            await check.done.wait()
+            if isinstance(check.outcome, Exception):
+                wrong.append(check.outcome)
+            else:
+                reachable[url] = check.outcome
+
+        async with anyio.create_task_group() as local:
+            checks = background if background is not None else local
+            for url in first:
+                local.start_soon(outcome, url, checks)
+        if again and background is not None and any(reachable.values()):
+            for url in again:
+                self._check_in(background, url)  # (not waited for: back for later queries)
+        elif again:
+            async with anyio.create_task_group() as local:
+                checks = background if background is not None else local
+                for url in again:
+                    local.start_soon(outcome, url, checks)
         if wrong:
             raise wrong[0]
-        usable = [url for url in urls if reachable.get(url)]
+        usable = [url for url in ordered if reachable.get(url)]
         if not usable and urls:
-            why = "; ".join(f"{url}: {self.down[url][1]}" for url in dict.fromkeys(urls))
+            why = "; ".join(f"{url}: {self._why(url)}" for url in ordered)
             raise Unavailable(f"no worker can be reached: {why}")
         return usable
+
+    async def settled(self) -> None:
+        """Return once no check is under way (for tests and tools that look at `down`)."""
+        while self._checking:
+            await next(iter(self._checking.values())).done.wait()
+
+    def _why(self, url: str) -> str:
+        found = self.down.get(url)
+        return found[1] if found is not None else "its check was cancelled"
+
+    def _check_in(self, tg: TaskGroup, url: str) -> _Check:
+        """The check of `url` under way, or a new one run in `tg`."""
+        check = self._checking.get(url)
+        if check is None:
+            check = self._checking[url] = _Check()
+            tg.start_soon(self._run_check, url, check, name=f"check of worker {url}")
+        return check
+
+    async def _run_check(self, url: str, check: _Check) -> None:
+        try:
+            check.outcome = await self._check(url)
+        finally:
+            del self._checking[url]
+            check.done.set()
+
+    async def _check(self, url: str) -> bool | Exception:
+        """Connect to `url` (and ask a worker left out whether it is shutting down): whether a
+        query may use it (if not, `down` says why), or the error of a worker that answered
+        wrongly (another version, say: the query fails saying so)."""
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                channel = await self.channels.channel(url)
+                if url in self.down and (await channel.worker_info()).draining:
+                    self.down[url] = (anyio.current_time(), SHUTTING_DOWN)
+                    return False
+        except (RemoteError, OSError, TimeoutError) as exc:
+            if isinstance(exc, RemoteError) and exc.grpc_status is not Status.UNAVAILABLE:
+                return exc  # reached, and something else is wrong
+            self.down[url] = (anyio.current_time(), _reason(exc))
+            return False
+        except FlightfeedError as exc:
+            return exc
+        self.down.pop(url, None)
+        return True
 
     def known_usable(self, urls: Sequence[str]) -> list[str]:
         """`urls` less the workers left out now, without connecting to any (for showing a

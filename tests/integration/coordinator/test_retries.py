@@ -293,7 +293,12 @@ async def test_a_shutting_down_worker_gets_no_new_work() -> None:
             assert "shutting down" in coordinator.health.down[workers[0].location][1]
 
         workers[0].registry.draining = False  # (a drain does not end so; here it stands in for
-        async with coordinator.execute(shuffled_count(UnitProvider([3, 3]))) as back:  # a restart)
+        # a restart) The next query's start checks it again, in the background: the queries
+        # after that use it
+        async with coordinator.execute(shuffled_count(UnitProvider([3, 3]))) as checking:
+            assert sum([batch.num_rows async for batch in checking]) == 6
+        await coordinator.health.settled()
+        async with coordinator.execute(shuffled_count(UnitProvider([3, 3]))) as back:
             assert sum([batch.num_rows async for batch in back]) == 6
         assert back.metrics is not None
         assert {r.worker_url for r in back.metrics.tasks.values()} == {w.location for w in workers}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator, Sequence
 
+import anyio
 import pyarrow as pa
 import pytest
 
@@ -22,6 +23,7 @@ from flightfeed.testing.feeds import (
     unit_scan,
     unit_session_builder,
 )
+from flightfeed.testing.proxy import tcp_proxy
 from flightfeed.testing.workers import start_workers
 
 pytestmark = pytest.mark.anyio
@@ -48,9 +50,57 @@ async def test_an_unreachable_worker_is_left_out() -> None:
             assert dead not in explained  # every task on the worker that answers
             assert worker.location in explained
             first = coordinator.health.down[dead][0]
-            coordinator.health.recheck_after = 0  # tried again at the next query
+            coordinator.health.recheck_after = 0  # tried again at the next query's start
             await coordinator.collect(plan)
+            await coordinator.health.settled()  # (in the background: the query did not wait)
             assert coordinator.health.down[dead][0] > first
+
+
+async def test_a_stopped_worker_is_checked_again_without_holding_up_queries() -> None:
+    """A stopped worker (SIGSTOP, a paused machine) still accepts connections, so a check of it
+    lasts the whole connect timeout. Before, each query started while the worker was due a
+    check waited for a check of its own: 5 s each, every 5 s. Now one check runs in the
+    background, shared, while the queries run on the other worker, and the stopped one is back
+    for the queries after it answers."""
+    async with (
+        start_workers(2, session_builder=unit_session_builder) as workers,
+        tcp_proxy(workers[1].location) as stopped,
+    ):
+        urls = [workers[0].location, stopped.location]
+        options = unit_coordinator_options(tasks=2)
+        async with Coordinator(StaticWorkerResolver(urls), **options) as coordinator:
+            health = coordinator.health
+            health.connect_timeout = 3600  # (its check ends when it answers, not before)
+            plan = Coalesce(unit_scan(UnitProvider([3, 2])))
+            assert (await coordinator.collect(plan)).num_rows == 5
+            # Lost by a query (as `lost` finds it: left out, its channel dropped), then due
+            await coordinator.channels.forget(stopped.location)
+            stopped.freeze()
+            health.down[stopped.location] = (anyio.current_time() - health.recheck_after, "lost")
+            connections = stopped.connections
+            rows: list[int] = []
+
+            async def query() -> None:
+                async with coordinator.execute(plan) as stream:
+                    rows.append(sum([batch.num_rows async for batch in stream]))
+                assert stream.metrics is not None
+                assert {r.worker_url for r in stream.metrics.tasks.values()} == {urls[0]}
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(5):
+                        tg.start_soon(query)
+            assert rows == [5] * 5
+            assert stopped.location in health._checking  # (the one check waits still)
+            assert stopped.connections == connections + 1
+            stopped.thaw()
+            with anyio.fail_after(60):
+                await health.settled()
+            assert stopped.location not in health.down
+            async with coordinator.execute(plan) as back:
+                assert sum([batch.num_rows async for batch in back]) == 5
+            assert back.metrics is not None
+            assert {r.worker_url for r in back.metrics.tasks.values()} == set(urls)
 
 
 async def test_with_no_worker_reachable_the_query_names_each() -> None:
