@@ -58,33 +58,48 @@ def convert(values: Values, target: pa.DataType) -> Values:
     """`values` as `target`, exactly: Arrow's safe cast, and `ArrowInvalid` naming the first
     double that FLOAT cannot hold, or decimal that a float cannot (Arrow rounds those without
     a word, where it refuses an integer past 2**53). Call only where `converts` holds."""
+    if pt.is_floating(target) and pt.is_decimal(values.type):
+        return _decimals_as_floats(values, target)
     converted = values.cast(target, safe=True)
     if pt.is_floating(target) and pt.is_floating(values.type):
-        overflowed = pc.and_(pc.is_finite(values), pc.is_inf(converted))
-        if pc.any(overflowed).as_py():
-            index = pc.index(overflowed, True).as_py()
-            raise pa.ArrowInvalid(f"value {values[index].as_py()!r} is out of the column's range")
-    if pt.is_floating(target) and pt.is_decimal(values.type):
-        _check_exact_decimals(values, converted)
+        _check_in_range(values, converted)
     return converted
 
 
-def _check_exact_decimals(values: Values, converted: Values) -> None:
-    """Each decimal comes back from its float: the float, cast back to the decimal type (its
-    scale), is the same decimal. 1.10 is taken as the double nearest it, as a literal is;
-    0.100000000000000001 (scale 18) or 2**53 + 1 would be another number."""
+def _check_in_range(values: Values, converted: Values) -> None:
+    overflowed = pc.and_(pc.is_finite(values), pc.is_inf(converted))
+    if pc.any(overflowed).as_py():
+        index = pc.index(overflowed, True).as_py()
+        raise pa.ArrowInvalid(f"value {values[index].as_py()!r} is out of the column's range")
+
+
+def _decimals_as_floats(values: Values, target: pa.DataType) -> Values:
+    """The float nearest each decimal, which must denote it: read back at the float's own
+    precision (its shortest decimal form) and the decimal's scale, it is the same decimal.
+    So 1.10, and 0.1 as Spark's decimal(38, 18), are taken as the double nearest them, as a
+    literal is; 0.100000000000000001 (scale 18) or 2**53 + 1 would be another number.
+
+    Through text both ways, each step exact or correctly rounded: Arrow's own cast of a
+    decimal to a float divides in floating point, and is off by one unit in the last place
+    for many values (0.000001234 became 1.2340000000000002e-06, 0.1 of a decimal256
+    0.09999999999999999), and a check at the decimal's scale then refused Spark's 0.1."""
+    converted = values.cast(pa.string()).cast(target)
+    overflowed = pc.is_inf(converted)  # (a decimal is finite)
+    if pc.any(overflowed).as_py():
+        index = pc.index(overflowed, True).as_py()
+        raise pa.ArrowInvalid(f"value {values[index].as_py()} is out of the column's range")
     try:
-        inexact = pc.invert(
-            pc.fill_null(pc.equal(converted.cast(values.type, safe=False), values), True)
-        )
+        back = converted.cast(pa.string()).cast(values.type, safe=False)
     except pa.ArrowInvalid:  # (a float past the decimal type's range: it was rounded up)
         raise pa.ArrowInvalid("a value is not exactly a float: it would be rounded") from None
+    inexact = pc.invert(pc.fill_null(pc.equal(back, values), True))
     if pc.any(inexact).as_py():
         index = pc.index(inexact, True).as_py()
         raise pa.ArrowInvalid(
             f"value {values[index].as_py()} is not exactly a float: it would be stored as"
             f" {converted[index].as_py()!r}"
         )
+    return converted
 
 
 __all__ = ["convert", "converts", "value_kind"]

@@ -20,6 +20,8 @@ from flightfeed.tables.assign import assign
 INTEGERS = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
 UNSIGNED = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
 NOON = datetime.datetime(2020, 1, 1, 12, 30)
+SCALE_18 = decimal.Decimal("1e-18")
+WIDE = decimal.Context(prec=60)
 
 
 def stored(values: pa.Array, target: pa.DataType) -> list[object]:
@@ -38,6 +40,21 @@ def stored(values: pa.Array, target: pa.DataType) -> list[object]:
         (pa.array([0.1]), pa.float32(), [pa.scalar(0.1, pa.float32()).as_py()]),  # rounded
         (pa.array([math.inf, -math.inf]), pa.float32(), [math.inf, -math.inf]),
         (pa.array([decimal.Decimal("1.10")], pa.decimal128(5, 2)), pa.float64(), [1.1]),
+        # Spark's decimal for Python's Decimals: 0.1 was refused ("would be stored as 0.1")
+        (pa.array([decimal.Decimal("0.1")], pa.decimal128(38, 18)), pa.float64(), [0.1]),
+        # (stored as 1.2340000000000002e-06 by Arrow's cast, and as 0.09999999999999999)
+        (
+            pa.array([decimal.Decimal("0.000001234")], pa.decimal128(38, 18)),
+            pa.float64(),
+            [1.234e-06],
+        ),
+        (pa.array([decimal.Decimal("0.1")], pa.decimal256(40, 20)), pa.float64(), [0.1]),
+        (pa.array([decimal.Decimal(10) ** 70], pa.decimal256(76, 0)), pa.float64(), [1e70]),
+        (
+            pa.array([decimal.Decimal("0.1")], pa.decimal128(38, 18)),
+            pa.float32(),
+            [pa.scalar(0.1, pa.float32()).as_py()],  # (Arrow's cast: 0.09999999403953552)
+        ),
         (pa.array(["a"], pa.large_string()), pa.string(), ["a"]),
         (pa.array(["a"]).dictionary_encode(), pa.string(), ["a"]),
         (pa.array([b"a"], pa.binary_view()), pa.binary(), [b"a"]),
@@ -85,9 +102,14 @@ def test_a_column_takes_values_of_its_kind_converted_exactly(
             "value 0.100000000000000001 is not exactly a float",
         ),
         (
-            pa.array([decimal.Decimal(10) ** 70], pa.decimal256(76, 0)),
+            pa.array([decimal.Decimal(10**70 + 1)], pa.decimal256(76, 0)),
             pa.float64(),
-            "is not exactly a float",
+            "is not exactly a float: it would be stored as 1e\\+70",
+        ),
+        (
+            pa.array([decimal.Decimal(10) ** 50], pa.decimal256(76, 0)),
+            pa.float32(),
+            "value 1" + "0" * 50 + " is out of the column.s range",
         ),
     ],
 )
@@ -98,6 +120,35 @@ def test_a_column_refuses_other_kinds_and_values_out_of_its_range(
         InvalidArgument, match=f"column 'c' is {re.escape(str(target))}: .*{message}"
     ):
         stored(values, target)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.decimals(allow_nan=False, allow_infinity=False, places=18).filter(
+                lambda d: abs(d) < 10**19
+            ),
+            st.floats(allow_nan=False, allow_infinity=False, min_value=-1e19, max_value=1e19).map(
+                lambda f: decimal.Decimal(repr(f)).quantize(SCALE_18, context=WIDE)
+            ),
+        ),
+        max_size=8,
+    )
+)
+def test_a_decimal_is_stored_as_its_nearest_double_where_that_denotes_it(
+    values: list[decimal.Decimal | None],
+) -> None:
+    """Python's float() of a Decimal is correctly rounded, and repr() is the shortest form
+    that reads back: the reference. Spark's decimal(38, 18), half of them the shortest form
+    of a double (which a user's Decimal("0.1") usually is)."""
+    incoming = pa.array(values, pa.decimal128(38, 18))
+    denotes = [v is None or decimal.Decimal(repr(float(v))) == v for v in values]
+    if all(denotes):
+        assert stored(incoming, pa.float64()) == [None if v is None else float(v) for v in values]
+    else:
+        with pytest.raises(InvalidArgument, match="is not exactly a float"):
+            stored(incoming, pa.float64())
 
 
 def integer_range(arrow: pa.DataType) -> range:
