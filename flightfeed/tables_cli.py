@@ -114,13 +114,9 @@ class Refused(Exception):
 
 
 def parse_table_name(text: str) -> TableName:
-    """`table` or `catalog.schema.table`."""
-    parts = text.split(".")
-    if len(parts) == 1:
-        return TableName.of(parts[0])
-    if len(parts) == 3:
-        return TableName.of(parts[2], parts[0], parts[1])
-    raise InvalidArgument(f"a table is NAME or CATALOG.SCHEMA.NAME, got {text!r}")
+    """`table` or `catalog.schema.table`, a part with a dot in double quotes
+    (`TableName.parse`)."""
+    return TableName.parse(text)
 
 
 def column_type(text: str) -> ColumnType:
@@ -757,7 +753,9 @@ def add_tables_parser(commands: Any) -> None:
         help=f"the longest wait for each of the worker's answers (default {DEFAULT_TIMEOUT:g})",
     )
     named = argparse.ArgumentParser(add_help=False, parents=[common])
-    named.add_argument("name", metavar="NAME", help="TABLE or CATALOG.SCHEMA.TABLE")
+    named.add_argument(
+        "name", metavar="NAME", help='TABLE or CATALOG.SCHEMA.TABLE (a part with a dot: "a.b")'
+    )
 
     tables = commands.add_parser(
         "tables",

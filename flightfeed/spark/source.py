@@ -10,7 +10,7 @@ a flightfeed worker, as a DataFrame; `df.write` into a worker's table (see `writ
     spark.read.format("flightfeed")
         .option("source", "table")               # a worker's durable table
         .option("uri", "grpc://worker:8816")     # the worker that holds it
-        .option("table", "metrics")              # NAME or CATALOG.SCHEMA.NAME
+        .option("table", "metrics")              # TABLE or CATALOG.SCHEMA.TABLE
         .option("partitions", "8")
         .load()
 
@@ -77,6 +77,7 @@ from ..flight.auth import AUTHORIZATION
 from ..flight.client import parse_location
 from ..plan import decode_expr, encode_expr
 from ..plan.expr_proto import expr_to_proto
+from ..table_names import QUOTE_HINT, THREE_PARTS, split_name
 from . import arrow_types, client
 from .filters import split_filters
 from .python_worker import settle_python_worker
@@ -139,14 +140,18 @@ def flight_uri(value: str) -> str:
 
 
 def table_ref(text: str) -> TableRef:
-    """A worker's table named `NAME` (catalog flightfeed, schema public) or
-    `CATALOG.SCHEMA.NAME`, as `flightfeed tables` names them."""
-    parts = text.split(".")
+    """A worker's table named `TABLE` (catalog flightfeed, schema public) or
+    `CATALOG.SCHEMA.TABLE`, as `flightfeed tables` names them (a part with a dot in double
+    quotes: table_names.py)."""
+    try:
+        parts = split_name(text)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"option 'table': {exc.message}") from None
     if len(parts) == 1:
         return TableRef(table=parts[0])
-    if len(parts) == 3 and all(parts):
+    if len(parts) == 3:
         return TableRef(catalog=parts[0], schema=parts[1], table=parts[2])
-    raise InvalidArgument(f"option 'table' is NAME or CATALOG.SCHEMA.NAME, got {text!r}")
+    raise InvalidArgument(f"option 'table': {THREE_PARTS}, got {text!r} {QUOTE_HINT}")
 
 
 def worker_command(ref: TableRef, **fields: Any) -> bytes:

@@ -3,7 +3,7 @@
     (df.write.format("flightfeed")
         .mode("append")                     # or "overwrite": the job's rows replace the table's
         .option("uri", "grpc://worker:8816")  # the worker that holds the table
-        .option("table", "metrics")         # NAME or CATALOG.SCHEMA.NAME; it must exist
+        .option("table", "metrics")         # TABLE or CATALOG.SCHEMA.TABLE; it must exist
         .save())
 
     (stream.writeStream.format("flightfeed")

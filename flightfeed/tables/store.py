@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 
 from .._generated.schema import TableSchema as TableSchemaProto
 from ..errors import AlreadyExists, Conflict, FlightfeedError, InvalidArgument, NotFound
+from ..table_names import QUOTE_HINT, THREE_PARTS, joined_name, split_name
 from .assign import assign
 from .options import TableOptions
 from .schema import MAX_NAME_BYTES, TableSchema, check_new_column_names
@@ -106,8 +107,19 @@ class TableName:
                 )
         return name
 
+    @classmethod
+    def parse(cls, text: str) -> TableName:
+        """`TABLE` or `CATALOG.SCHEMA.TABLE`, as `str` writes it (table_names.py)."""
+        parts = split_name(text)
+        if len(parts) == 1:
+            return cls.of(parts[0])
+        if len(parts) == 3:
+            return cls.of(parts[2], parts[0], parts[1])
+        raise InvalidArgument(f"{THREE_PARTS}, got {text!r} {QUOTE_HINT}")
+
     def __str__(self) -> str:
-        return f"{self.catalog}.{self.schema}.{self.table}"
+        """Unambiguous (`parse` reads it back): `flightfeed.public."a.b.c"` is not `a.b.c`."""
+        return joined_name((self.catalog, self.schema, self.table))
 
 
 @dataclass(frozen=True)

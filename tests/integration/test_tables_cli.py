@@ -213,6 +213,32 @@ def test_list_names_every_table(worker: str, capsys: pytest.CaptureFixture[str])
     }
 
 
+def test_a_table_name_with_dots_is_quoted(worker: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the table named "d.o.t" (of the default catalog and schema) and table t of
+    catalog d, schema o were both listed as d.o.t, the first could not be named, and
+    `drop d.o.t` dropped the second."""
+    create(capsys, worker, '"d.o.t"', "--option", "update_mode=APPEND")
+    create(capsys, worker, "d.o.t")
+    put_rows(worker, ["d.o.t"], cpu_rows(2))  # (a Flight path of one part: the dotted name)
+    names = tables(capsys, "list", "--worker", worker)[1].splitlines()
+    assert {'flightfeed.public."d.o.t"', "d.o.t"} <= set(names)
+    for name in ('"d.o.t"', 'flightfeed.public."d.o.t"', 'flightfeed."public"."d.o.t"'):
+        assert tables(capsys, "count", "--worker", worker, name) == (0, "2\n", "")
+    assert tables(capsys, "count", "--worker", worker, "d.o.t") == (0, "0\n", "")
+    code, out, err = tables(capsys, "drop", "--worker", worker, '"d.o.t"')
+    assert (code, out, err) == (
+        0,
+        f'dropped table flightfeed.public."d.o.t" on {worker}\n',
+        "",
+    )
+    names = tables(capsys, "list", "--worker", worker)[1].splitlines()
+    assert "d.o.t" in names
+    assert 'flightfeed.public."d.o.t"' not in names
+    code, out, err = tables(capsys, "count", "--worker", worker, '"d.o.t')
+    assert (code, out) == (2, "")
+    assert "a table name's quote is not closed" in err
+
+
 def test_count_the_rows_written_through_flight(
     worker: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -395,7 +421,8 @@ def test_bad_table_name_and_worker_url(worker: str, capsys: pytest.CaptureFixtur
     code, out, err = tables(capsys, "count", "--worker", worker, "a.b")
     assert (code, out) == (2, "")
     assert one_error_line(err, "count", "'a.b'", worker) == (
-        "a table is NAME or CATALOG.SCHEMA.NAME, got 'a.b'"
+        "a table is TABLE or CATALOG.SCHEMA.TABLE, got 'a.b' (a name with a dot in it is"
+        """ quoted: '"a.b"')"""
     )
     code, out, err = tables(capsys, "count", "--worker", "http://x:1", "t")
     assert (code, out) == (2, "")

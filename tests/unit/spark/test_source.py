@@ -40,6 +40,7 @@ from flightfeed.spark.source import (
     arrow_schema,
     check_option_names,
     conform,
+    table_ref,
 )
 
 from .strategies import table_arguments
@@ -289,3 +290,28 @@ def test_conform_refuses_nulls_where_spark_declared_none() -> None:
     batch = pa.record_batch({"task": pa.array(["a", None]), "value": pa.array([1, 2])})
     with pytest.raises(InvalidArgument, match="column 'task' holds 1 null"):
         conform(batch, TARGET)
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("cpu", ("", "", "cpu")),
+        ("a.b.cpu", ("a", "b", "cpu")),
+        ('"a.b.cpu"', ("", "", "a.b.cpu")),  # (before: catalog a, schema b, table cpu)
+        ('flightfeed.public."a.b"', ("flightfeed", "public", "a.b")),
+    ],
+)
+def test_a_durable_tables_name_is_read_as_the_command_line_reads_it(
+    text: str, parts: tuple[str, str, str]
+) -> None:
+    ref = table_ref(text)
+    assert (ref.catalog, ref.schema, ref.table) == parts
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("a.b", r"option 'table': a table is TABLE or CATALOG\.SCHEMA\.TABLE"), ('"a', "not closed")],
+)
+def test_a_durable_tables_bad_name_is_refused(text: str, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        table_ref(text)
