@@ -153,11 +153,12 @@ def _worker(args: argparse.Namespace) -> int:
                 )
                 async for signum in signals:
                     log.info(
-                        "received %s: finishing %d running tasks (of %d held), taking no new"
-                        " ones (at most %gs; signal again to stop now)",
+                        "received %s: finishing %d running tasks (of %d held) and %d table"
+                        " calls, taking no new ones (at most %gs; signal again to stop now)",
                         signal.Signals(signum).name,
                         worker.registry.unsettled,
                         len(worker.registry),
+                        worker.state.table_calls,
                         args.shutdown_grace,
                     )
                     break
@@ -202,8 +203,8 @@ def _admission(args: argparse.Namespace) -> list[str]:
 
 
 async def _drain(worker: Worker, signals: AsyncIterator[int], grace: float) -> None:
-    """The worker's running tasks finish (up to `grace` seconds), unless a second signal
-    comes: then it stops at once."""
+    """The worker's running tasks and table calls finish (up to `grace` seconds), unless a
+    second signal comes: then it stops at once."""
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
@@ -215,7 +216,9 @@ async def _drain(worker: Worker, signals: AsyncIterator[int], grace: float) -> N
         tg.start_soon(stop_on_signal)
         left = await worker.drain(grace)
         if left:
-            log.warning("%d tasks still running after %gs: stopping them", left, grace)
+            log.warning(
+                "%d tasks or table calls still running after %gs: stopping them", left, grace
+            )
         tg.cancel_scope.cancel()
 
 

@@ -9,6 +9,7 @@ response's header.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -73,8 +74,11 @@ class RemoteEngineService:
         compression: CompressionMode = "auto",
         max_decoded_bytes: int | None = None,
         plans: PlanRuntime | None = None,
+        calls: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.engine = engine
+        self.calls = calls
+        """Held around each call (the worker counts them: a graceful stop lets them end)."""
         """The worker's tables, looked up per call: it opens them after building its services,
         and one without a data directory refuses every call (UNIMPLEMENTED)."""
         self.errors = errors
@@ -151,7 +155,13 @@ class RemoteEngineService:
     def _handler(
         self, body: Any, cardinality: Cardinality, request: type, reply: type
     ) -> grpclib.const.Handler:
-        return grpclib.const.Handler(rpc_boundary(body, self.errors), cardinality, request, reply)
+        async def counted(stream: grpclib.server.Stream[Any, Any], ctx: CallContext) -> None:
+            with self.calls():
+                await body(stream, ctx)
+
+        return grpclib.const.Handler(
+            rpc_boundary(counted, self.errors), cardinality, request, reply
+        )
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
         unary, stream = Cardinality.UNARY_UNARY, Cardinality.UNARY_STREAM

@@ -95,6 +95,7 @@ class Worker:
                     self.state.table_engine,
                     TYPED_ERRORS,
                     max_message_size,
+                    calls=self.state.table_call,
                     compression=self.config.table_compression,
                     plans=PlanRuntime(
                         session=self._plan_session,
@@ -188,15 +189,17 @@ class Worker:
         return await build_session(self.state, headers, None, ErrorOrigin(self.state.location))
 
     async def drain(self, grace: float) -> int:
-        """Graceful shutdown, first half: new tasks are refused (UNAVAILABLE) while the running
-        ones finish and are read, for at most `grace` seconds; tasks kept only for a re-read
-        are not waited for (TaskRegistry.drained). Returns how many were still running or
-        being read (they end, with the others, when the worker closes)."""
+        """Graceful shutdown, first half: new tasks and calls to the tables are refused
+        (UNAVAILABLE) while the running tasks finish and are read, and the table reads and
+        writes under way end, for at most `grace` seconds; tasks kept only for a re-read are
+        not waited for (TaskRegistry.drained). Returns how many tasks and table calls were
+        still running (they end, with the others, when the worker closes)."""
         registry = self.state.registry
         registry.draining = True
         with anyio.move_on_after(grace):
             await registry.drained()
-        return registry.unsettled
+            await self.state.table_calls_ended()
+        return registry.unsettled + self.state.table_calls
 
     def _release_memory(self) -> None:
         self.state.memory_releases += 1  # (only this thread writes it; readers see it whole)

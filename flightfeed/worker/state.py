@@ -3,9 +3,13 @@ how sessions are built, and where it can be reached."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Final
 
-from ..errors import Unimplemented
+from ..concurrency import Signal
+from ..errors import Unavailable, Unimplemented
 from ..flight.auth import bearer
 from ..flight.call_count import CallCount
 from ..flight.shared_memory import DEFAULT_SLOT_BYTES, DEFAULT_SLOTS
@@ -19,6 +23,10 @@ from ..tables.priority import PriorityGate
 from .config import WorkerConfig
 from .registry import TaskRegistry
 from .shared_memory_pool import SegmentPool
+
+TABLES_SHUTTING_DOWN: Final = (
+    "the worker is shutting down: it lets the table reads and writes under way end, takes no new"
+)
 
 
 @dataclass
@@ -91,8 +99,31 @@ class WorkerState:
             metadata=bearer(token) if token is not None else None,
         )
 
+    table_calls: int = field(default=0, init=False)
+    """Table reads, writes and actions under way (`table_call`)."""
+    _table_calls_ended: Signal = field(default_factory=Signal, init=False, repr=False)
+
     def table_engine(self) -> TableEngine:
-        """The worker's tables, or a clear refusal when it keeps none."""
+        """The worker's tables, or a clear refusal when it keeps none, or is shutting down."""
         if self.tables is None:
             raise Unimplemented("this worker holds no tables: start it with --data-dir DIR")
+        if self.registry.draining:
+            raise Unavailable(TABLES_SHUTTING_DOWN)
         return self.tables
+
+    @contextmanager
+    def table_call(self) -> Iterator[None]:
+        """Count a call to the tables while it runs: a graceful stop lets those under way end
+        (`table_calls_ended`), where it had cut a DoPut one second from its end."""
+        self.table_calls += 1
+        try:
+            yield
+        finally:
+            self.table_calls -= 1
+            if not self.table_calls:
+                self._table_calls_ended.notify()
+
+    async def table_calls_ended(self) -> None:
+        """Until no call to the tables is under way."""
+        while self.table_calls:
+            await self._table_calls_ended.wait()

@@ -37,7 +37,8 @@ class WorkerFlightHandler(FlightHandler):
 
     async def do_get(self, ctx: CallContext, ticket: bytes, writer: FlightDataWriter) -> None:
         if is_table_ticket(ticket):
-            await self.tables.do_get(ticket, writer)
+            with self.state.table_call():
+                await self.tables.do_get(ticket, writer)
             return
         await execute_task(self.state, parse_ticket(ticket), FlightSink(writer))
 
@@ -49,7 +50,9 @@ class WorkerFlightHandler(FlightHandler):
 
     async def get_flight_info(self, ctx: CallContext, descriptor: FlightDescriptor) -> FlightInfo:
         # (the host, not the port: a client's connections share its fair share of snapshots)
-        return await self.tables.flight_info(descriptor, holder=ctx.peer[0] if ctx.peer else "")
+        holder = ctx.peer[0] if ctx.peer else ""
+        with self.state.table_call():
+            return await self.tables.flight_info(descriptor, holder=holder)
 
     async def get_schema(self, ctx: CallContext, descriptor: FlightDescriptor) -> pa.Schema:
         return self.tables.schema(descriptor)
@@ -57,12 +60,14 @@ class WorkerFlightHandler(FlightHandler):
     async def do_put(
         self, ctx: CallContext, reader: FlightDataReader, results: PutResultWriter
     ) -> None:
-        await self.tables.do_put(reader, results)
+        with self.state.table_call():
+            await self.tables.do_put(reader, results)
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
-        async with closing(self.tables.do_action(action)) as results:
-            async for result in results:
-                yield result
+        with self.state.table_call():
+            async with closing(self.tables.do_action(action)) as results:
+                async for result in results:
+                    yield result
 
     async def list_actions(self, ctx: CallContext) -> Sequence[ActionType]:
         return TABLE_ACTIONS

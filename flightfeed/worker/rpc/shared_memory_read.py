@@ -140,10 +140,11 @@ async def shared_memory_read(
     held = Request.decode(first[1]).held
     stats, pool = state.shared_memory, state.segments if local else None
     if is_table_ticket(ticket):
-        stats.streamed += 1
-        await writer.write_metadata(Offer(None).encode())
-        await tables.do_get(ticket, writer)
-        await _reader_finished(reader)
+        with state.table_call():
+            stats.streamed += 1
+            await writer.write_metadata(Offer(None).encode())
+            await tables.do_get(ticket, writer)
+            await _reader_finished(reader)
         return
     request = parse_ticket(ticket)  # (a bad ticket fails before any file is made)
     segment = pool.take_idle(held) if pool is not None else None
