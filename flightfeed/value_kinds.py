@@ -70,7 +70,7 @@ def _check_in_range(values: Values, converted: Values) -> None:
     overflowed = pc.and_(pc.is_finite(values), pc.is_inf(converted))
     if pc.any(overflowed).as_py():
         index = pc.index(overflowed, True).as_py()
-        raise pa.ArrowInvalid(f"value {values[index].as_py()!r} is out of the column's range")
+        raise pa.ArrowInvalid(f"value {values[index].as_py()} is out of the column's range")
 
 
 def _decimals_as_floats(values: Values, target: pa.DataType) -> Values:
@@ -84,10 +84,7 @@ def _decimals_as_floats(values: Values, target: pa.DataType) -> Values:
     for many values (0.000001234 became 1.2340000000000002e-06, 0.1 of a decimal256
     0.09999999999999999), and a check at the decimal's scale then refused Spark's 0.1."""
     converted = values.cast(pa.string()).cast(target)
-    overflowed = pc.is_inf(converted)  # (a decimal is finite)
-    if pc.any(overflowed).as_py():
-        index = pc.index(overflowed, True).as_py()
-        raise pa.ArrowInvalid(f"value {values[index].as_py()} is out of the column's range")
+    _check_in_range(values, converted)
     try:
         back = converted.cast(pa.string()).cast(values.type, safe=False)
     except pa.ArrowInvalid:  # (a float past the decimal type's range: it was rounded up)

@@ -90,18 +90,18 @@ class WorkerHealth:
             else:
                 reachable[url] = check.outcome
 
-        async with anyio.create_task_group() as local:
-            checks = background if background is not None else local
-            for url in first:
-                local.start_soon(outcome, url, checks)
+        async def wait_for(checked: list[str]) -> None:
+            async with anyio.create_task_group() as local:
+                for url in checked:
+                    local.start_soon(outcome, url, local if background is None else background)
+
+        if first:
+            await wait_for(first)
         if again and background is not None and any(reachable.values()):
             for url in again:
                 self._check_in(background, url)  # (not waited for: back for later queries)
         elif again:
-            async with anyio.create_task_group() as local:
-                checks = background if background is not None else local
-                for url in again:
-                    local.start_soon(outcome, url, checks)
+            await wait_for(again)
         if wrong:
             raise wrong[0]
         usable = [url for url in ordered if reachable.get(url)]

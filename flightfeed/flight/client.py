@@ -62,6 +62,8 @@ from .tls import TLS_SCHEME, ClientTls, is_tls_location
 from .wakeup import forget_wakeup_cancel as _forget
 from .wire import DEFAULT_MAX_MESSAGE_SIZE
 
+T = TypeVar("T")
+
 SERVICE = "/arrow.flight.protocol.FlightService/"
 _SURFACED: weakref.WeakSet[Any] = weakref.WeakSet()
 """Calls whose error status was already raised where their stream was read, so leaving the
@@ -219,9 +221,6 @@ class DoGetCall:
     async def read_all(self) -> pa.Table:
         async with self as reader:
             return await reader.read_all()
-
-
-T = TypeVar("T")
 
 
 async def received(stream: AsyncIterator[T]) -> list[T]:

@@ -77,10 +77,10 @@ class RemoteEngineService:
         calls: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.engine = engine
-        self.calls = calls
-        """Held around each call (the worker counts them: a graceful stop lets them end)."""
         """The worker's tables, looked up per call: it opens them after building its services,
         and one without a data directory refuses every call (UNIMPLEMENTED)."""
+        self.calls = calls
+        """Held around each call (the worker counts them: a graceful stop lets them end)."""
         self.errors = errors
         self.max_message_size = max_message_size
         self.compression: CompressionMode = compression
