@@ -29,6 +29,7 @@ from ..errors import (
     Unauthenticated,
 )
 from ..flight.auth import AUTHORIZATION, read_tokens
+from .idle_watch import IdleWatch
 from .shared_read import on_this_host, read_ticket
 
 DEFAULT_TIMEOUT = 60.0
@@ -169,7 +170,7 @@ class Endpoint:
 
 
 def _options(
-    headers: Mapping[str, str], timeout: float, connection: Connection
+    headers: Mapping[str, str], timeout: float | None, connection: Connection
 ) -> fl.FlightCallOptions:
     pairs = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
     return fl.FlightCallOptions(headers=pairs + connection.headers(), timeout=timeout)
@@ -322,18 +323,33 @@ def _read_locations(
     errors: list[str] = []
     for location in endpoint.locations:
         yielded = False
+        watch = IdleWatch(timeout)  # (`timeout` bounds each wait for a batch, not the read)
         try:
-            with connection.connect(location) as client:
-                call = _options(headers, timeout, connection)
+            with connection.connect(location) as client, watch:
+                call = _options(headers, None, connection)
                 if shared_memory and on_this_host(location):
-                    batches = read_ticket(client, location, endpoint.ticket, call)
+                    batches = read_ticket(
+                        client, location, endpoint.ticket, call, reading=watch.reading
+                    )
                 else:
-                    batches = (c.data for c in client.do_get(fl.Ticket(endpoint.ticket), call))
-                for batch in batches:
+                    reader = client.do_get(fl.Ticket(endpoint.ticket), call)
+                    watch.reading(reader)
+                    batches = (chunk.data for chunk in reader)
+                while True:
+                    with watch.waiting():
+                        batch = next(batches, None)
+                    if batch is None:
+                        break
                     yielded = True
                     yield batch
             return
         except (fl.FlightError, pa.ArrowException, OSError) as exc:
+            if watch.expired:
+                raise RemoteError(
+                    f"DoGet at {location}: the {WORKER} sent no batch for {timeout:g}s (option"
+                    " 'timeout': the longest wait for each batch of a read)",
+                    grpc_status=Status.DEADLINE_EXCEEDED,
+                ) from None
             error = flight_error(location, "DoGet", exc, WORKER)
             if yielded and isinstance(error, RemoteError):
                 raise RemoteError(

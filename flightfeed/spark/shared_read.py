@@ -20,8 +20,8 @@ from __future__ import annotations
 import ipaddress
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Final
 
 import pyarrow as pa
@@ -110,20 +110,28 @@ def read_ticket(
     ticket: bytes,
     call: fl.FlightCallOptions,
     held: HeldMappings = HELD,
+    *,
+    reading: Callable[[fl.FlightStreamReader], None] = lambda reader: None,
 ) -> Iterator[pa.RecordBatch]:
     """The ticket's batches, through shared memory where the worker at `location` offers it
-    (a segment `held` from an earlier read of it, or a new one)."""
+    (a segment `held` from an earlier read of it, or a new one). `reading` is told of each
+    reader (to cancel one that waits too long: idle_watch.py)."""
     descriptor = fl.FlightDescriptor.for_command(read_command(ticket))
     with held.borrow(location) as kept:
         previous = kept[0]
         writer, reader = client.do_exchange(descriptor, call)
+        reading(reader)
+        refused = False
         try:
             request = Request((previous.segment_id,) if previous is not None else ())
-            writer.write_metadata(pa.py_buffer(request.encode()))
             try:
+                writer.write_metadata(pa.py_buffer(request.encode()))
                 offer = Offer.decode(reader.read_chunk().app_metadata)
-            except fl.FlightUnimplementedError:  # a worker without shared-memory reads
-                yield from (chunk.data for chunk in client.do_get(fl.Ticket(ticket), call))
+            except pa.ArrowNotImplementedError:  # a server without shared-memory reads (its
+                refused = True  # refusal raised where the request went, or the answer came)
+                plain = client.do_get(fl.Ticket(ticket), call)
+                reading(plain)
+                yield from (chunk.data for chunk in plain)
                 return
             if offer.reused:
                 mapping = previous if previous is not None and previous.matches(offer) else None
@@ -138,7 +146,11 @@ def read_ticket(
             kept[0] = mapping
             yield from _placed(reader, writer, offer, mapping)
         finally:
-            writer.close()
+            if refused:
+                with suppress(pa.ArrowNotImplementedError):  # (it says the refusal again)
+                    writer.close()
+            else:
+                writer.close()
 
 
 def _placed(

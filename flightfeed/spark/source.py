@@ -20,8 +20,9 @@ the default: a query of the coordinator's catalog; "table": a durable table the 
 (source=table: how many slices of the table's rows to read in parallel, one Spark partition
 each; default 1, as the data source cannot see Spark's parallelism: set it to e.g.
 `spark.sparkContext.defaultParallelism` to read in parallel), `columns` (comma-separated, to
-read fewer), `timeout` (seconds per call), `header.NAME` (a header sent with every call;
-the workers' session builders see the query's), and `sharedMemory` (true, the default: a worker
+read fewer), `timeout` (seconds: the longest wait for an answer, and for each batch of a
+read, not the read's length), `header.NAME` (a header sent with every call; the workers'
+session builders see the query's), and `sharedMemory` (true, the default: a worker
 at a loopback address hands its batches to the reader in shared memory instead of through the
 socket; false: always through the socket). A server that requires a bearer token gets
 `token`, or the first token of the file `tokenFile`, as `authorization: Bearer <token>` on
