@@ -76,6 +76,8 @@ from ..coordinator.table_query import table_command
 from ..errors import InvalidArgument
 from ..flight.auth import AUTHORIZATION
 from ..flight.client import parse_location
+from ..flight.request_headers import call_headers
+from ..flight.tls import is_tls_location
 from ..plan import decode_expr, encode_expr
 from ..plan.expr_proto import expr_to_proto
 from ..table_names import QUOTE_HINT, THREE_PARTS, split_name
@@ -215,7 +217,26 @@ class TableOptions:
         headers = {
             k[len(HEADER_PREFIX) :]: v for k, v in found.items() if k.startswith(HEADER_PREFIX)
         }
+        for name, value in headers.items():  # (checked now: one gRPC cannot carry failed the
+            try:  # first call, "Invalid metadata", naming neither the option nor the header)
+                call_headers({name: value})
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"option '{HEADER_PREFIX}{name}': {exc.message}") from None
         connection = client.Connection.of(found)
+        tls_files = [
+            name
+            for name, path in (
+                (client.TLS_ROOT_CERTS, connection.root_certs),
+                (client.TLS_CERT_CHAIN, connection.cert_chain),
+                (client.TLS_PRIVATE_KEY, connection.private_key),
+            )
+            if path is not None
+        ]
+        if tls_files and not is_tls_location(uri):  # (ignored, the calls failed: Socket closed)
+            raise InvalidArgument(
+                f"option {tls_files[0]!r} is for a grpc+tls:// server, and option 'uri' is"
+                f" {uri!r}: give the server's grpc+tls:// address"
+            )
         if connection.has_token and AUTHORIZATION in headers:
             raise InvalidArgument(
                 f"options {client.TOKEN!r} (or {client.TOKEN_FILE!r}) and"

@@ -114,6 +114,15 @@ def test_location_names_the_coordinator_too() -> None:
             {"uri": URI, "table": "scan", "tlsrootcert": "ca.pem"},
             "did you mean 'tlsRootCerts'",
         ),
+        # (before: "Invalid metadata" from the first call, naming neither)
+        ({"uri": URI, "table": "scan", "header.x-site": "café"}, "option 'header.x-site': .*ASCII"),
+        ({"uri": URI, "table": "scan", "header.x site": "a"}, "option 'header.x site': .*a name"),
+        ({"uri": URI, "table": "scan", "header.x-a": "1\n2"}, "option 'header.x-a': .*printable"),
+        ({"uri": URI, "table": "scan", "header.grpc-timeout": "1S"}, "gRPC's own"),
+        (  # (before: ignored, and the calls failed with "Socket closed")
+            {"uri": URI, "table": "scan", "tlsRootCerts": "ca.pem"},
+            "option 'tlsRootCerts' is for a grpc\\+tls:// server, and option 'uri' is",
+        ),
     ],
 )
 def test_bad_options_say_which(options: dict[str, str], message: str) -> None:
