@@ -130,12 +130,18 @@ class Connection:
 
     def connect(self, uri: str) -> fl.FlightClient:
         """pyarrow's client for `uri`, with the TLS files (read now) if there are any."""
-        tls: dict[str, bytes] = {}
+        files: dict[str, tuple[str, str, tuple[str, bytes]]] = {}
         if self.root_certs is not None:
-            tls["tls_root_certs"] = _read(self.root_certs, TLS_ROOT_CERTS)
+            files["tls_root_certs"] = (self.root_certs, TLS_ROOT_CERTS, _CERTIFICATE)
         if self.cert_chain is not None and self.private_key is not None:
-            tls["cert_chain"] = _read(self.cert_chain, TLS_CERT_CHAIN)
-            tls["private_key"] = _read(self.private_key, TLS_PRIVATE_KEY)
+            files["cert_chain"] = (self.cert_chain, TLS_CERT_CHAIN, _CERTIFICATE)
+            files["private_key"] = (self.private_key, TLS_PRIVATE_KEY, _PRIVATE_KEY)
+        tls = {key: _read(path, option) for key, (path, option, _) in files.items()}
+        for key, (path, option, (what, marker)) in files.items():
+            if marker not in tls[key]:  # (gRPC took a key or a token file for the CA's
+                raise InvalidArgument(  # certificate, and said "empty address list")
+                    f"option {option!r}: {path!r} holds no {what} in PEM form"
+                )
         return fl.connect(uri, **tls)
 
 
@@ -144,6 +150,10 @@ PLAIN: Final = Connection()
 
 
 _WHERE: Final = "; the file must exist where the connection is made (on Spark's executors too)"
+
+
+_CERTIFICATE: Final = ("certificates", b"-----BEGIN CERTIFICATE-----")
+_PRIVATE_KEY: Final = ("private key", b"PRIVATE KEY-----")
 
 
 def _read(path: str, option: str) -> bytes:

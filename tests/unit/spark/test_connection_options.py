@@ -103,6 +103,28 @@ def test_a_missing_file_is_named_by_its_option_before_anything_is_sent(tmp_path:
         TableOptions.of(options(tokenFile=str(empty))).arrow_schema()
 
 
+def test_a_file_that_holds_something_else_is_named_by_its_option(tmp_path: Path) -> None:
+    """Before, a key or a token file given as the CA's certificate failed the first call with
+    gRPC's "empty address list"."""
+    token = tmp_path / "token"
+    token.write_text(f"{TOKEN}\n")
+    certificate = tmp_path / "cert.pem"
+    certificate.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    cases = {
+        "tlsRootCerts": ({"tlsRootCerts": str(token)}, "certificates"),
+        "tlsCertChain": ({"tlsCertChain": str(token), "tlsPrivateKey": str(token)}, "certif"),
+        "tlsPrivateKey": (
+            {"tlsCertChain": str(certificate), "tlsPrivateKey": str(certificate)},
+            "private key",
+        ),
+    }
+    for option, (given, what) in cases.items():
+        table = TableOptions.of(options(**given))
+        with pytest.raises(InvalidArgument, match=f"option '{option}': .* holds no {what}") as info:
+            table.arrow_schema()
+        assert TOKEN not in str(info.value)
+
+
 def test_a_reader_on_an_executor_reads_the_files_there(tmp_path: Path) -> None:
     """A read (what an executor runs) reads the files itself, and names a missing one."""
     table = TableOptions.of(options(tokenFile=str(tmp_path / "absent")))
