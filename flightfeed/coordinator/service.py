@@ -36,6 +36,7 @@ the query's tasks.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
@@ -85,6 +86,8 @@ _TRANSPORT_HEADERS: Final = frozenset(
     {"user-agent", "te", "content-type", "authorization", "grpc-timeout", "grpc-encoding"}
 )
 
+log = logging.getLogger(__name__)
+
 
 def query_headers(ctx: CallContext) -> dict[str, str]:
     """The caller's own text headers (not those of gRPC, HTTP/2 or auth)."""
@@ -123,11 +126,15 @@ class CoordinatorService(FlightHandler):
     async def list_flights(self, ctx: CallContext, criteria: bytes) -> AsyncIterator[FlightInfo]:
         for name in sorted(self.catalog.tables):
             table = self.catalog.tables[name]
+            about = {"signature": table.signature, "description": table.description}
             try:
                 schema = self.catalog.plan(name).schema
             except InvalidArgument:  # it takes arguments: no schema without them
                 schema = pa.schema([])
-            about = {"signature": table.signature, "description": table.description}
+            except Exception as exc:  # (one table's failure lists it so, never fails the rest:
+                schema = pa.schema([])  # sql() finds every table through this listing)
+                about["error"] = f"{type(exc).__name__}: {exc}"
+                log.warning("listing table %r: its plan failed: %s", name, about["error"])
             yield FlightInfo(
                 schema=schema_to_ipc(schema),
                 flight_descriptor=path_descriptor(name),
@@ -346,9 +353,21 @@ def _wait_seconds(request: dict[str, Any]) -> float:
     value = request.get("timeout", DEFAULT_STREAM_WAIT)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgument(f"stream_wait's 'timeout' must be a number of seconds, got {value!r}")
-    if not 0 <= value < math.inf:  # (NaN too)
-        raise InvalidArgument(f"stream_wait's 'timeout' must be 0 or more and finite, got {value}")
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # (a JSON integer past a float's range)
+        seconds = math.inf
+    if not 0 <= seconds < math.inf:  # (NaN too)
+        raise InvalidArgument(
+            f"stream_wait's 'timeout' must be 0 or more and finite, got {_shown(value)}"
+        )
+    return seconds
+
+
+def _shown(number: float) -> str:
+    """A number for a message: a JSON integer of 400 digits is not repeated whole."""
+    text = str(number)
+    return text if len(text) <= 32 else f"{text[:16]}... ({len(text)} digits)"
 
 
 def _offsets(request: dict[str, Any], field: str = "offsets") -> dict[str, int]:

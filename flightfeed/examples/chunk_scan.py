@@ -17,7 +17,7 @@ import struct
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, TypeAlias
+from typing import ClassVar, Final, Protocol, TypeAlias
 
 import anyio
 import numpy as np
@@ -176,19 +176,29 @@ class RemoteScanEstimator:
         return RemoteScan(plan.feed, per_task, plan.total_partitions, plan.task_count)
 
 
+MAX_CHUNK_ROWS: Final = 1_000_000
+"""The most rows one chunk stands for: a chunk is built as one batch, and a chunk of 2**32
+rows grew a coordinator running local workers to 19 GB (past 2**63, the size wrapped around
+the wire's integer and read back as a few rows)."""
+
+
 def parse_chunks(spec: str) -> list[int]:
     """'3,1' → [3, 1]: the chunk sizes of one partition (blank items are skipped)."""
     sizes = []
     for item in spec.split(","):
-        if not item.strip():
+        text = item.strip()
+        if not text:
             continue
-        try:
-            size = int(item.strip())
-        except ValueError:
-            raise InvalidArgument(f"invalid chunk size {item!r}: not an integer") from None
-        if size < 0:
-            raise InvalidArgument(f"invalid chunk size {item!r}: must not be negative")
-        sizes.append(size)
+        digits = text.removeprefix("-")
+        if not digits.isascii() or not digits.isdigit():  # (int() takes '1_000' and '٣' too)
+            raise InvalidArgument(f"invalid chunk size {item[:16]!r}: not an integer")
+        if text.startswith("-"):
+            raise InvalidArgument(f"invalid chunk size {item[:16]!r}: must not be negative")
+        if len(digits.lstrip("0")) > len(str(MAX_CHUNK_ROWS)) or int(digits) > MAX_CHUNK_ROWS:
+            raise InvalidArgument(
+                f"invalid chunk size {item[:16]!r}: at most {MAX_CHUNK_ROWS:,} rows a chunk"
+            )
+        sizes.append(int(digits))
     return sizes
 
 

@@ -113,6 +113,27 @@ async def test_the_catalog_and_schemas_answer_without_starting_anything() -> Non
     assert schema.names == ["partition", "body", "units"]
 
 
+async def test_a_table_whose_plan_fails_is_listed_with_its_error_and_the_rest_as_ever() -> None:
+    """Before, one table whose factory raised failed the whole listing (INTERNAL), and with it
+    `flightfeed.spark.sql`, which finds every table through it."""
+    broken = catalog()
+
+    @broken.table("upstream", description="an API that is down")
+    def upstream() -> ExecutionPlan:
+        raise RuntimeError("upstream API down")
+
+    def listing(location: str) -> list[fl.FlightInfo]:
+        with fl.connect(location) as client:
+            return list(client.list_flights())
+
+    async with serve(broken, local_workers=1, grace=0.01) as cluster:
+        listed = await in_thread(listing, cluster.location)
+    about = {info.descriptor.path[0]: json.loads(info.app_metadata) for info in listed}
+    assert set(about) == {b"units", b"upstream"}
+    assert about[b"upstream"]["error"] == "RuntimeError: upstream API down"
+    assert "error" not in about[b"units"]
+
+
 @pytest.mark.parametrize(
     ("command", "error", "message"),
     [

@@ -187,6 +187,16 @@ async def test_the_distributed_plan_as_graphviz_dot() -> None:
         ((2, "3,1", "2", "4"), r"partition count \(3\) must be a non-zero multiple of task_count"),
         ((0, "1"), r"partition count \(1\) must be a non-zero multiple of task_count \(0\)"),
         ((2, "3,x"), "invalid chunk size 'x': not an integer"),
+        ((1, "-1"), "invalid chunk size '-1': must not be negative"),
+        ((1, "1_000"), "'1_000': not an integer"),  # (Python's int() takes these two)
+        ((1, "\u0663"), "not an integer"),
+        # (before: 2**32 grew a coordinator to 19 GB; 2**63 failed INTERNAL, OverflowError;
+        # 2**64 + 5 read back as 5 rows)
+        ((1, "1000001"), "'1000001': at most 1,000,000 rows a chunk"),
+        ((1, str(2**32)), "at most 1,000,000 rows a chunk"),
+        ((1, str(2**63)), "at most 1,000,000 rows a chunk"),
+        ((1, str(2**64 + 5)), "at most 1,000,000 rows a chunk"),
+        ((1, "9" * 4000), "at most 1,000,000 rows a chunk"),
         ((2,), r"scan\(task_count, partitions...\) needs at least 2 arguments"),
         (("2", "1", "1"), "task_count must be an integer literal"),
     ],

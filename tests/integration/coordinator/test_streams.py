@@ -192,6 +192,11 @@ async def test_stream_wait_on_a_live_feed_gives_up_at_its_timeout() -> None:
         ("stream_wait", {"timeout": float("nan")}, "'timeout' must be 0 or more and finite"),
         ("stream_wait", {"timeout": float("inf")}, "'timeout' must be 0 or more and finite"),
         ("stream_wait", {"timeout": -1}, "'timeout' must be 0 or more and finite"),
+        (  # (before: INTERNAL, OverflowError: int too large to convert to float)
+            "stream_wait",
+            {"timeout": 10**400},
+            r"'timeout' must be 0 or more and finite, got 1000000000000000\.\.\. \(401 digits\)",
+        ),
         ("stream_wait", {"timeout": True}, "'timeout' must be a number of seconds"),
         ("stream_wait", {"timeout": "soon"}, "'timeout' must be a number of seconds"),
         ("stream_latest", {"stream": 7}, "needs a JSON body, an object with a string 'stream'"),
