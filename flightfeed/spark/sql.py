@@ -9,6 +9,7 @@ parallel, one partition per endpoint. The rest of the SQL is Spark's own.
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from collections.abc import Collection, Mapping
@@ -54,6 +55,11 @@ def rewrite(query: str, tables: Collection[str]) -> tuple[str, list[TableCall]]:
             f"cannot parse the SQL: expected one statement, got {len(statements)}"
         )
     (tree,) = statements
+    if isinstance(tree, exp.Command) and _may_call(query, tables):
+        raise InvalidArgument(  # (its text is kept whole: a call in it would reach Spark as is)
+            f"cannot parse the SQL: sqlglot reads {tree.name.upper()} ... as an opaque command,"
+            " and a catalog table's call in it cannot be run; run the query itself"
+        )
     known = {name.lower(): name for name in tables}
     calls: list[TableCall] = []
     for table in list(tree.find_all(exp.Table)):
@@ -130,6 +136,8 @@ def _argument(table: str, index: int, node: exp.Expression) -> Argument:
                 " string or a boolean"
             )
         inner = inner.this
+    if isinstance(inner, exp.RawString) and not negative:  # (r'...')
+        return str(inner.this)
     if isinstance(inner, exp.Literal):
         if inner.is_string and not negative:
             return str(inner.this)
@@ -140,6 +148,8 @@ def _argument(table: str, index: int, node: exp.Expression) -> Argument:
             if suffix in _INTEGER_SUFFIXES and isinstance(value, float):
                 raise InvalidArgument(f"{where} is {node.sql(dialect='spark')}: not an integer")
             value = -value if negative else value
+            if isinstance(value, float) and not math.isfinite(value):  # (1e400)
+                raise InvalidArgument(f"{where} is {text}, outside the doubles")
             if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
                 raise InvalidArgument(
                     f"{where} is {value}, outside the 64-bit integers a table argument holds"

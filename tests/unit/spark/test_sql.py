@@ -173,6 +173,8 @@ def test_non_literal_arguments_are_refused(call: str, index: int) -> None:
         ("scan(1.5F)", 1.5),
         ("scan(-9223372036854775808)", -(2**63)),
         ("scan(9223372036854775807)", 2**63 - 1),
+        ("scan(r'2')", "2"),  # (a raw string: it was refused as not a literal)
+        ("scan(R'a\\b')", "a\\b"),
     ],
 )
 def test_spark_literal_forms_are_taken(call: str, value: Any) -> None:
@@ -191,6 +193,7 @@ def test_spark_literal_forms_are_taken(call: str, value: Any) -> None:
         ("scan(DATE '2024-01-01')", "is a DATE literal: pass it as a string"),
         ("scan(1.5BD)", "is a DECIMAL literal: a table argument is an integer, a double"),
         ("scan(n => 2)", r"is named \(n => 2\): table arguments are positional"),
+        ("scan(1e400)", r"is 1e400, outside the doubles"),  # (it was passed on as inf)
     ],
 )
 def test_arguments_no_table_takes_are_refused_by_what_they_are(call: str, message: str) -> None:
@@ -241,6 +244,15 @@ def test_unparsable_sql_that_calls_no_table_is_left_to_spark(query: str) -> None
 def test_sql_that_calls_no_table_goes_to_spark_as_written() -> None:
     query = "select  a  -- the column\nfrom t tablesample (bucket 3 out of 32 on rand()) s"
     assert rewrite(query, ["scan"]) == (query, [])
+
+
+@pytest.mark.parametrize("statement", ["EXPLAIN", "EXPLAIN EXTENDED", "EXPLAIN COST"])
+def test_a_call_inside_a_statement_sqlglot_cannot_read_is_refused(statement: str) -> None:
+    """sqlglot reads EXPLAIN (and others) as an opaque command. Before, such a query went to
+    Spark as written, and the call reached Spark's own parser, which knows no catalog table."""
+    with pytest.raises(InvalidArgument, match="as an opaque command, and a catalog table's call"):
+        rewrite(f"{statement} SELECT * FROM scan(1, '2')", ["scan"])
+    assert rewrite(f"{statement} SELECT 1", ["scan"]) == (f"{statement} SELECT 1", [])
 
 
 def test_empty_sql_is_an_invalid_argument() -> None:
