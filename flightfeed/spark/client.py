@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -130,19 +130,34 @@ class Connection:
 
     def connect(self, uri: str) -> fl.FlightClient:
         """pyarrow's client for `uri`, with the TLS files (read now) if there are any."""
-        files: dict[str, tuple[str, str, tuple[str, bytes]]] = {}
-        if self.root_certs is not None:
-            files["tls_root_certs"] = (self.root_certs, TLS_ROOT_CERTS, _CERTIFICATE)
-        if self.cert_chain is not None and self.private_key is not None:
-            files["cert_chain"] = (self.cert_chain, TLS_CERT_CHAIN, _CERTIFICATE)
-            files["private_key"] = (self.private_key, TLS_PRIVATE_KEY, _PRIVATE_KEY)
-        tls = {key: _read(path, option) for key, (path, option, _) in files.items()}
-        for key, (path, option, (what, marker)) in files.items():
-            if marker not in tls[key]:  # (gRPC took a key or a token file for the CA's
-                raise InvalidArgument(  # certificate, and said "empty address list")
-                    f"option {option!r}: {path!r} holds no {what} in PEM form"
+        files = self.tls_files()
+        tls = {file.argument: _read(file.path, file.option) for file in files}
+        for file in files:
+            what, marker = file.holds
+            if marker not in tls[file.argument]:  # (gRPC took a key or a token file for the
+                raise InvalidArgument(  # CA's certificate, and said "empty address list")
+                    f"option {file.option!r}: {file.path!r} holds no {what} in PEM form"
                 )
         return fl.connect(uri, **tls)
+
+    def tls_files(self) -> list[TlsFile]:
+        """The TLS files given (a client certificate only with its key: `of` checks that)."""
+        files = []
+        if self.root_certs is not None:
+            files.append(TlsFile("tls_root_certs", self.root_certs, TLS_ROOT_CERTS, _CERTIFICATE))
+        if self.cert_chain is not None and self.private_key is not None:
+            files.append(TlsFile("cert_chain", self.cert_chain, TLS_CERT_CHAIN, _CERTIFICATE))
+            files.append(TlsFile("private_key", self.private_key, TLS_PRIVATE_KEY, _PRIVATE_KEY))
+        return files
+
+
+class TlsFile(NamedTuple):
+    argument: str
+    """pyarrow's name for it (`flight.connect`)."""
+    path: str
+    option: str
+    holds: tuple[str, bytes]
+    """What it must hold, and the PEM text that shows it does."""
 
 
 PLAIN: Final = Connection()

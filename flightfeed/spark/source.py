@@ -223,18 +223,10 @@ class TableOptions:
             except InvalidArgument as exc:
                 raise InvalidArgument(f"option '{HEADER_PREFIX}{name}': {exc.message}") from None
         connection = client.Connection.of(found)
-        tls_files = [
-            name
-            for name, path in (
-                (client.TLS_ROOT_CERTS, connection.root_certs),
-                (client.TLS_CERT_CHAIN, connection.cert_chain),
-                (client.TLS_PRIVATE_KEY, connection.private_key),
-            )
-            if path is not None
-        ]
+        tls_files = connection.tls_files()
         if tls_files and not is_tls_location(uri):  # (ignored, the calls failed: Socket closed)
             raise InvalidArgument(
-                f"option {tls_files[0]!r} is for a grpc+tls:// server, and option 'uri' is"
+                f"option {tls_files[0].option!r} is for a grpc+tls:// server, and option 'uri' is"
                 f" {uri!r}: give the server's grpc+tls:// address"
             )
         if connection.has_token and AUTHORIZATION in headers:
