@@ -8,7 +8,8 @@ the error names the option."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pyarrow as pa
@@ -37,11 +38,18 @@ class Trickle(FlightHandler):
             await anyio.sleep_forever()
 
 
+@asynccontextmanager
+async def trickle_server() -> AsyncIterator[FlightServer]:
+    """Made in the portal's event loop (grpclib's server takes the loop it is made in)."""
+    async with FlightServer(Trickle()) as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
 def location() -> Iterator[str]:
     with (
         start_blocking_portal() as portal,
-        portal.wrap_async_context_manager(FlightServer(Trickle())) as server,
+        portal.wrap_async_context_manager(trickle_server()) as server,
     ):
         yield server.location
 
