@@ -110,6 +110,10 @@ class WorkerHealth:
             raise Unavailable(f"no worker can be reached: {why}")
         return usable
 
+    def checking(self, url: str) -> bool:
+        """Whether a check of `url` is under way."""
+        return url in self._checking
+
     async def settled(self) -> None:
         """Return once no check is under way (for tests and tools that look at `down`)."""
         while self._checking:

@@ -91,7 +91,7 @@ async def test_a_stopped_worker_is_checked_again_without_holding_up_queries() ->
                     for _ in range(5):
                         tg.start_soon(query)
             assert rows == [5] * 5
-            assert stopped.location in health._checking  # (the one check waits still)
+            assert health.checking(stopped.location)  # (the one check waits still)
             assert stopped.connections == connections + 1
             stopped.thaw()
             with anyio.fail_after(60):
