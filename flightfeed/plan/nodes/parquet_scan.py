@@ -59,13 +59,18 @@ class ParquetScan(PlanNodeBase):
         columns: Sequence[str] = (),
         filter: Expr | None = None,
         task_count: int = 1,
+        file_schema: pa.Schema | None = None,
         roots: tuple[str, ...] | None = None,
         estimated_bytes: int | None = None,
         estimated_rows: int | None = None,
     ) -> None:
         """Low-level: `partitions` as laid out (see `from_paths`); `schema` is the output's,
-        after projecting `columns` (all of the files' when empty). `roots`: the directories a
-        decoded scan may read (checked again when the files are opened, links resolved).
+        after projecting `columns` (all of the files' when empty). `file_schema`: what every
+        file is read as, its columns matched by name (a column a file lacks reads as nulls, a
+        type that differs is cast, safely); without it, the output schema when `columns` is
+        empty, else each partition's first file's with the output's types. `roots`: the
+        directories a decoded scan may read (checked again when the files are opened, links
+        resolved).
         `estimated_bytes` and `estimated_rows`: what all partitions decode to, before the
         filter, if known (from the footers; for the planner's decisions: they are not sent to
         workers)."""
@@ -78,6 +83,9 @@ class ParquetScan(PlanNodeBase):
         if filter is not None:
             to_dataset_expression(filter)  # only pyarrow.compute functions: no UDF in a reader
         self._schema = schema
+        self.file_schema = file_schema if file_schema is not None or columns else schema
+        if self.file_schema is not None:
+            _check_read_as(schema, self.file_schema)
         self.partitions = tuple(tuple(p) for p in partitions)
         self.columns = tuple(columns)
         self.filter = filter
@@ -97,8 +105,14 @@ class ParquetScan(PlanNodeBase):
     ) -> ParquetScan:
         """Files (or directories of them) split into `partitions` of contiguous row groups
         (default: one per row group, at most DEFAULT_MAX_PARTITIONS). Reads the files'
-        footers: in async code, build it on a thread for large datasets."""
-        dataset = ds.dataset(paths, format="parquet", filesystem=fs.LocalFileSystem())
+        footers: in async code, build it on a thread for large datasets.
+
+        Every file is read as the first one's schema, columns matched by name (as
+        `pyarrow.dataset` reads them): a column a file lacks reads as nulls, and a type that
+        differs is cast, a value that does not fit failing the query with the file named.
+        Relative paths are taken from the current directory: the plan holds absolute ones."""
+        absolute = _absolute(paths) if isinstance(paths, str) else [_absolute(p) for p in paths]
+        dataset = ds.dataset(absolute, format="parquet", filesystem=fs.LocalFileSystem())
         groups = [
             (fragment.path, group)
             for fragment in dataset.get_fragments()
@@ -131,6 +145,7 @@ class ParquetScan(PlanNodeBase):
             layout,
             columns=columns,
             filter=filter,
+            file_schema=dataset.schema,
             estimated_bytes=estimate,
             estimated_rows=rows,
         )
@@ -151,6 +166,7 @@ class ParquetScan(PlanNodeBase):
             columns=self.columns,
             filter=self.filter,
             task_count=task_count,
+            file_schema=self.file_schema,
             roots=self.roots,
             estimated_bytes=self.estimated_bytes,
             estimated_rows=self.estimated_rows,
@@ -178,7 +194,7 @@ class ParquetScan(PlanNodeBase):
         ]
         if not fragments:
             return iter(())
-        dataset = ds.FileSystemDataset(fragments, fragments[0].physical_schema, parquet, local)
+        dataset = ds.FileSystemDataset(fragments, self._read_as(fragments[0]), parquet, local)
         scanner = dataset.scanner(
             columns=list(self.columns) or None,
             filter=to_dataset_expression(self.filter) if self.filter is not None else None,
@@ -191,6 +207,18 @@ class ParquetScan(PlanNodeBase):
             for batch in scanner.to_batches()
             if batch.num_rows
         )
+
+    def _read_as(self, first: ds.Fragment) -> pa.Schema:
+        """The schema the files are read as: the plan's, whichever file a partition starts
+        with (the first file's would make the answer depend on how the files were split)."""
+        if self.file_schema is not None:
+            return self.file_schema
+        physical = first.physical_schema  # a low-level scan of some columns: see __init__
+        fields = [
+            self._schema.field(f.name) if f.name in self._schema.names else f for f in physical
+        ]
+        missing = [f for f in self._schema if f.name not in physical.names]
+        return pa.schema(fields + missing)
 
     def __repr__(self) -> str:
         files = len({f.path for part in self.partitions for f in part})
@@ -210,6 +238,21 @@ async def _reading(files: Sequence[RowGroups], fn: Callable[..., T], *args: obje
     except (OSError, IndexError, pa.ArrowException) as exc:
         paths = sorted({f.path for f in files})
         raise InvalidArgument(f"ParquetScan cannot read {paths}: {exc}") from exc
+
+
+def _absolute(path: str) -> str:
+    return path if os.path.isabs(path) else os.path.abspath(path)  # the latter asks the OS
+
+
+def _check_read_as(output: pa.Schema, file_schema: pa.Schema) -> None:
+    """Every output column is one of the file schema's, of the same type."""
+    for field in output:
+        index = file_schema.get_field_index(field.name)
+        if index < 0 or file_schema.field(index).type != field.type:
+            raise InvalidArgument(
+                f"ParquetScan output column {field.name!r} ({field.type}) is not one column of"
+                f" that type in the file schema {file_schema.names}"
+            )
 
 
 def _by_file(units: Sequence[tuple[str, int]]) -> list[RowGroups]:
@@ -263,6 +306,9 @@ class ParquetScanCodec:
                 columns=list(node.columns),
                 filter=expr_to_proto(node.filter) if node.filter is not None else None,
                 task_count=node.task_count,
+                file_schema=(
+                    node.file_schema.serialize().to_pybytes() if node.file_schema else b""
+                ),
             )
         )
 
@@ -277,6 +323,9 @@ class ParquetScanCodec:
         ]
         schema = read_ipc_schema(msg.schema, "ParquetScan schema")
         predicate = expr_from_proto(msg.filter) if msg.filter is not None else None
+        file_schema = (
+            read_ipc_schema(msg.file_schema, "ParquetScan file schema") if msg.file_schema else None
+        )
         try:
             return ParquetScan(
                 schema,
@@ -284,6 +333,7 @@ class ParquetScanCodec:
                 columns=msg.columns,
                 filter=predicate,
                 task_count=msg.task_count or 1,
+                file_schema=file_schema,
                 roots=self.roots,
             )
         except InvalidArgument as exc:

@@ -80,3 +80,28 @@ async def test_a_worker_without_parquet_roots_refuses_the_scan(data_dir: Path) -
             FlightfeedError, match="reads no Parquet files: start it with --parquet"
         ):
             await coordinator.collect(query(data_dir))
+
+
+async def test_files_of_other_layouts_answer_as_duckdb_on_every_worker(tmp_path: Path) -> None:
+    """Columns in another order, a narrower type and a missing column, split over two workers:
+    each task used to read its files as its first file's schema and failed INTERNAL."""
+    pq.write_table(pa.table({"k": [1, 2], "v": [10, 20]}), tmp_path / "a.parquet")
+    pq.write_table(
+        pa.table({"v": pa.array([30, 40], pa.int32()), "k": [1, 3]}), tmp_path / "b.parquet"
+    )
+    pq.write_table(pa.table({"k": [3]}), tmp_path / "c.parquet")
+    pq.write_table(pa.table({"v": [2**40], "k": [2]}), tmp_path / "d.parquet")
+    plan = (
+        plan_from(ParquetScan.from_paths(str(tmp_path), partitions=4))
+        .aggregate(["k"], [agg("sum", col("v"), name="total"), agg("count", name="n")])
+        .sort("k")
+        .plan
+    )
+    config = WorkerConfig(parquet_roots=(str(tmp_path),))
+    async with start_cluster(2, config=config) as (coordinator, _):
+        result = await coordinator.collect(plan)
+    expected = duckdb.sql(
+        f"SELECT k, sum(v) AS total, count(*) AS n FROM read_parquet('{tmp_path}/*.parquet',"
+        " union_by_name=true) GROUP BY k ORDER BY k"
+    ).to_arrow_table()
+    assert result.to_pylist() == expected.cast(result.schema).to_pylist()

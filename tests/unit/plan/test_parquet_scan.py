@@ -197,3 +197,75 @@ def test_the_codec_reads_nothing_outside_its_roots(data_dir: Path, tmp_path: Pat
     dotted = ParquetScan.from_paths(climbing)
     with pytest.raises(PlanDecodeError, match="outside"):
         roundtrip(dotted, ParquetScanCodec([elsewhere]))
+
+
+@pytest.fixture(scope="module")
+def unlike_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Files that disagree on layout: columns in another order, a narrower type, a column
+    missing, and a value that needs the first file's wider type."""
+    root = tmp_path_factory.mktemp("unlike")
+    int32 = pa.int32()
+    pq.write_table(pa.table({"k": [1, 2], "v": [10, 20], "s": ["a", "b"]}), root / "1.parquet")
+    pq.write_table(
+        pa.table({"v": pa.array([30, 40], int32), "s": ["c", "d"], "k": [3, 4]}), root / "2.parquet"
+    )
+    pq.write_table(pa.table({"s": ["e"], "k": [5]}), root / "3.parquet")
+    pq.write_table(pa.table({"k": [6], "s": ["f"], "v": [2**40]}), root / "4.parquet")
+    return root
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 3, 4])
+def test_files_are_read_as_the_first_ones_schema_however_split(
+    unlike_files: Path, partitions: int
+) -> None:
+    """Each partition used to be read as its own first file's schema: reordered columns failed
+    with INTERNAL, and a narrower type in a partition's first file refused the values of the
+    wider files after it, all depending on how the files were split."""
+    scan = ParquetScan.from_paths(str(unlike_files), partitions=partitions)
+    expected = duckdb.sql(
+        f"SELECT k, v, s FROM read_parquet('{unlike_files}/*.parquet', union_by_name=true)"
+    ).to_arrow_table()
+    got = anyio.run(run, scan)
+    assert got.schema == pq.read_schema(unlike_files / "1.parquet")
+    assert sorted_rows(got) == sorted_rows(expected)
+    projected = ParquetScan.from_paths(
+        str(unlike_files),
+        partitions=partitions,
+        columns=["s"],
+        filter=call("greater", col("v"), lit(15)),
+    )
+    got = anyio.run(run, roundtrip(projected, ParquetScanCodec([unlike_files])))
+    assert sorted(got.column("s").to_pylist()) == ["b", "c", "d", "f"]
+
+
+def test_a_value_the_plans_type_cannot_hold_fails_naming_the_file(tmp_path: Path) -> None:
+    narrow = pa.table({"v": pa.array([1], pa.int32())})
+    pq.write_table(narrow, tmp_path / "1.parquet")
+    pq.write_table(pa.table({"v": [2**40]}), tmp_path / "2.parquet")
+    for partitions in (1, 2):
+        scan = ParquetScan.from_paths(str(tmp_path), partitions=partitions)
+        with pytest.raises(InvalidArgument, match=r"cannot read \[.*2\.parquet'\]: .*not in range"):
+            anyio.run(run, scan)
+
+
+def test_relative_paths_are_planned_absolute(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(data_dir)
+    for paths in ("b.parquet", ["b.parquet", "a.parquet"]):
+        scan = ParquetScan.from_paths(paths)
+        assert {f.path for part in scan.partitions for f in part} <= {
+            str(data_dir / "a.parquet"),
+            str(data_dir / "b.parquet"),
+        }
+        decoded = roundtrip(scan, ParquetScanCodec([data_dir]))
+        assert anyio.run(run, decoded).num_rows == (50 if paths == "b.parquet" else 350)
+
+
+def test_a_file_schema_must_hold_the_output_columns(data_dir: Path) -> None:
+    files = [[RowGroups(str(data_dir / "b.parquet"), (0,))]]
+    read_as = pa.schema([("id", pa.int64()), ("s", pa.string())])
+    with pytest.raises(InvalidArgument, match=r"output column 'id' \(int32\) is not one column"):
+        ParquetScan(pa.schema([("id", pa.int32())]), files, file_schema=read_as)
+    with pytest.raises(InvalidArgument, match="output column 'k'"):
+        ParquetScan(pa.schema([("k", pa.int64())]), files, columns=["k"], file_schema=read_as)

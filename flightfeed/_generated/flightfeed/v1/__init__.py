@@ -1268,6 +1268,12 @@ class ParquetScanNode(betterproto2.Message):
 
     task_count: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
 
+    file_schema: "bytes" = betterproto2.field(6, betterproto2.TYPE_BYTES)
+    """
+    Arrow IPC serialized schema every file is read as, columns matched by name (the scan's
+    first file's when planned). Empty: an older plan, read as its output schema says.
+    """
+
 
 default_message_pool.register_message("flightfeed.v1", "ParquetScanNode", ParquetScanNode)
 
