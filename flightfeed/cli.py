@@ -260,7 +260,8 @@ def _coordinator(args: argparse.Namespace) -> int:
                     f"flightfeed coordinator listening on {cluster.location} ({setup})", flush=True
                 )
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_warn_unreachable, cluster.coordinator, args.worker)
+                    local = [worker.location for worker in cluster.workers]
+                    tg.start_soon(_warn_unreachable, cluster.coordinator, [*args.worker, *local])
                     async for signum in signals:
                         log.info("received %s, shutting down", signal.Signals(signum).name)
                         break
@@ -273,8 +274,9 @@ def _coordinator(args: argparse.Namespace) -> int:
 
 
 async def _warn_unreachable(coordinator: Coordinator, urls: Sequence[str]) -> None:
-    """Name, at start, each worker given that cannot be reached now (a mistyped URL, a worker
-    not up yet): queries leave it out until it answers, and fail only if none does."""
+    """Name, at start, each worker that cannot be reached now (a mistyped URL, a worker not up
+    yet, a local worker's certificate the coordinator does not trust): queries leave it out
+    until it answers, and fail only if none does."""
     if not urls:
         return
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -68,9 +68,20 @@ async def serve(
     from `session_builder`; readers are sent to them at `advertised_host`, when given). `tls`:
     serve over TLS (`grpc+tls://`); `worker_tls`: how to reach `grpc+tls://` workers (their
     root CA, the certificate the coordinator presents). `auth`: who may call the service
-    (flight/auth.py); `worker_token`: the bearer token sent to the workers."""
+    (flight/auth.py); `worker_token`: the bearer token sent to the workers.
+
+    Local workers are secured as the coordinator is: they serve with `tls`, check `auth`, and
+    reach each other with `worker_tls` and `worker_token`, unless `worker_config` says
+    otherwise. Readers are sent to them: a plain worker beside a coordinator with TLS and
+    tokens would serve its tables to anyone, in cleartext."""
     if local_workers < 0:
         raise InvalidArgument(f"local_workers must be 0 or more, got {local_workers}")
+    if local_workers and auth is not None and worker_token is None:
+        raise InvalidArgument(
+            "local workers check the coordinator's credentials: give worker_token, the token"
+            " the coordinator sends them"
+        )
+    worker_config = _secured(worker_config or WorkerConfig(), tls, worker_tls, auth, worker_token)
     async with AsyncExitStack() as stack:
         local = [
             await stack.enter_async_context(
@@ -98,6 +109,23 @@ async def serve(
             FlightServer(service, host=host, port=port, errors=TYPED_ERRORS, tls=tls, auth=auth)
         )
         yield CoordinatorCluster(server.location, coordinator, service, local)
+
+
+def _secured(
+    config: WorkerConfig,
+    tls: ServerTls | None,
+    peer_tls: ClientTls | None,
+    auth: Authenticator | None,
+    peer_token: str | None,
+) -> WorkerConfig:
+    """`config` with the coordinator's security wherever it sets none of its own."""
+    return replace(
+        config,
+        tls=config.tls or tls,
+        peer_tls=config.peer_tls or peer_tls,
+        auth=config.auth or auth,
+        peer_token=config.peer_token or peer_token,
+    )
 
 
 @contextmanager

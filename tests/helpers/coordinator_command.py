@@ -24,7 +24,7 @@ def coordinator_command(*extra: str) -> Iterator[tuple[subprocess.Popen[str], st
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert "listening on grpc://" in line, line + (proc.stderr.read() if proc.stderr else "")
+        assert "listening on grpc" in line, line + (proc.stderr.read() if proc.stderr else "")
         yield proc, line.split("listening on ", 1)[1].split(" ", 1)[0], line
     finally:
         if proc.poll() is None:

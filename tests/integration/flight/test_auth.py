@@ -234,3 +234,16 @@ def test_the_worker_command_requires_a_token(tmp_path: Path) -> None:
         with pytest.raises(fl.FlightUnauthenticatedError):
             pyarrow_actions(location, None)
         assert "create_table" in pyarrow_actions(location, "another-one")
+
+
+async def test_local_workers_check_the_coordinators_tokens() -> None:
+    async with serve(Catalog(), local_workers=1, auth=AUTH, worker_token=TOKEN) as cluster:
+        (worker,) = cluster.workers
+        with pytest.raises(fl.FlightUnauthenticatedError):
+            await anyio.to_thread.run_sync(pyarrow_actions, worker.location, None)
+        assert "create_table" in await anyio.to_thread.run_sync(
+            pyarrow_actions, worker.location, "another-one"
+        )
+    with pytest.raises(FlightfeedError, match="give worker_token, the token the coordinator"):
+        async with serve(Catalog(), local_workers=1, auth=AUTH):
+            pass

@@ -162,3 +162,42 @@ def test_a_plain_coordinator_reaches_tls_workers_with_peer_tls_ca(certs: Certifi
                     parts.append(reader.do_get(endpoint.ticket).read_all())
             got = pa.concat_tables(parts).sort_by("partition")
             assert got.equals(scan_rows(*seed).sort_by("partition"))
+
+
+def test_local_workers_are_secured_as_their_coordinator(
+    certs: Certificates, tmp_path: Path
+) -> None:
+    """A coordinator with TLS and tokens used to start its --local-workers plain and open: the
+    endpoints it handed out were grpc:// addresses serving anyone, in cleartext."""
+    from flightfeed.coordinator import table_command
+    from flightfeed.examples.chunk_scan import scan_rows
+
+    token = "local-workers-token"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{token}\n")
+    call = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+    root = certs.ca.read_bytes()
+    with coordinator_command(
+        "--local-workers", "2",
+        "--tls-cert", certs.server.cert_chain, "--tls-key", certs.server.private_key,
+        "--peer-tls-ca", str(certs.ca), "--auth-token-file", str(tokens),
+    ) as (_, location, _):  # fmt: skip
+        assert location.startswith("grpc+tls://")
+        seed = (2, "3,1", "2", "4", "1,1")
+        with fl.connect(location, tls_root_certs=root) as client:
+            info = client.get_flight_info(
+                fl.FlightDescriptor.for_command(table_command("scan", seed)), call
+            )
+        parts = []
+        for endpoint in info.endpoints:
+            worker = endpoint.locations[0].uri.decode()
+            assert worker.startswith("grpc+tls://")
+            with fl.connect(worker, tls_root_certs=root) as reader:
+                with pytest.raises(fl.FlightUnauthenticatedError):
+                    reader.do_get(endpoint.ticket).read_all()
+                parts.append(reader.do_get(endpoint.ticket, call).read_all())
+            plain = worker.replace("grpc+tls://", "grpc://")
+            with fl.connect(plain) as client, pytest.raises(fl.FlightUnavailableError):
+                client.list_actions(call)  # no TLS, no answer
+        got = pa.concat_tables(parts).sort_by("partition")
+        assert got.equals(scan_rows(*seed).sort_by("partition"))
