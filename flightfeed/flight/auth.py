@@ -116,6 +116,16 @@ def basic_password(headers: Headers) -> str | None:
     return None
 
 
+def handshake_token(headers: Headers) -> str | None:
+    """What a Handshake answers with: the bearer token, or the password of Basic credentials,
+    without the whitespace around it (a password read from a file keeps its line break, and
+    the check strips it too); None unless a header can carry it back (printable ASCII, no
+    spaces), so that sending it can never fail with the token in the error."""
+    token = bearer_token(headers) or basic_password(headers)
+    token = token.strip() if token else None
+    return token if token and _TOKEN.fullmatch(token) else None
+
+
 def bearer(token: str) -> dict[str, str]:
     """The header a client sends with every call."""
     return {AUTHORIZATION: f"Bearer {token}"}
@@ -129,5 +139,6 @@ __all__ = [
     "basic_password",
     "bearer",
     "bearer_token",
+    "handshake_token",
     "read_tokens",
 ]

@@ -38,7 +38,7 @@ from .._generated.arrow.flight.protocol import (
 )
 from ..concurrency import closing, off_loop
 from ..errors import FlightfeedError, InvalidArgument, Unauthenticated, Unimplemented
-from .auth import AUTHORIZATION, REFUSED, Authenticator, basic_password, bearer, bearer_token
+from .auth import AUTHORIZATION, REFUSED, Authenticator, bearer, handshake_token
 from .call_count import CallCount
 from .codec import DEFAULT_MAX_DECODED_SIZE
 from .connection_limits import ConnectionLimits
@@ -339,9 +339,8 @@ class FlightService:
     ) -> None:
         """A bearer token, or Basic credentials whose password is one: the answer's headers
         carry `authorization: Bearer <token>`, what the client then sends with every call."""
-        headers = ctx.text_headers()
-        token = bearer_token(headers) or basic_password(headers)
-        if not token or not auth([(AUTHORIZATION, f"Bearer {token}")]):
+        token = handshake_token(ctx.text_headers())
+        if token is None or not auth([(AUTHORIZATION, f"Bearer {token}")]):
             raise Unauthenticated(REFUSED)
         async for _ in receive_messages(stream, HandshakeRequest, self.max_message_size):
             pass

@@ -93,6 +93,34 @@ async def test_basic_credentials_get_the_token_by_handshake() -> None:
             await anyio.to_thread.run_sync(handshake, "not-a-token")
 
 
+async def test_a_password_read_with_its_line_break_gets_the_token(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`open(token_file).read()` keeps the line break: the token was accepted, then sending it
+    back failed INTERNAL with the token, line break and all, in the error and the log."""
+    caplog.set_level(logging.DEBUG)
+
+    def only_alice(headers: Sequence[tuple[str, str]]) -> bool:
+        return ("x-user", "alice") in headers
+
+    async with Worker(config=WorkerConfig(auth=AUTH)) as worker:
+
+        def handshake(password: str) -> tuple[bytes, bytes]:
+            with fl.connect(worker.location) as client:
+                name, value = client.authenticate_basic_token("anyone", password)
+                return name, value
+
+        for password in (f"{TOKEN}\n", f"{TOKEN}\r\n", f"\t{TOKEN} "):
+            got = await anyio.to_thread.run_sync(handshake, password)
+            assert got == (b"authorization", f"Bearer {TOKEN}".encode())
+    async with Worker(config=WorkerConfig(auth=only_alice)) as worker:
+        with pytest.raises(fl.FlightUnauthenticatedError) as info:
+            # accepted by the headers, but no header could carry the token back
+            await anyio.to_thread.run_sync(handshake, f"{TOKEN}\nsecond line")
+        assert TOKEN not in str(info.value)
+    assert TOKEN not in caplog.text
+
+
 async def test_every_service_on_the_port_is_guarded(tmp_path: Path) -> None:
     config = WorkerConfig(auth=AUTH, data_dir=str(tmp_path))
     async with Worker(config=config) as worker:
