@@ -90,13 +90,20 @@ log = logging.getLogger(__name__)
 
 
 def query_headers(ctx: CallContext) -> dict[str, str]:
-    """The caller's own text headers (not those of gRPC, HTTP/2 or auth)."""
+    """The caller's own text headers (not those of gRPC, HTTP/2 or auth). A query carries one
+    value per header to its session builders: a repeated one is refused, not cut to a value."""
     out: dict[str, str] = {}
     for name, value in ctx.headers.items() if hasattr(ctx.headers, "items") else ():
         if not isinstance(value, str) or name.startswith((":", "grpc-")):
             continue
-        if name not in _TRANSPORT_HEADERS:
-            out[name] = value
+        if name in _TRANSPORT_HEADERS:
+            continue
+        if name in out:
+            raise InvalidArgument(
+                f"header {name!r} is repeated: a query passes one value per header to the"
+                " workers' session builders"
+            )
+        out[name] = value
     return out
 
 

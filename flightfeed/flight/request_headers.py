@@ -92,6 +92,8 @@ def call_metadata(metadata: Mapping[str, str | bytes]) -> dict[str, str | bytes]
             raise InvalidArgument(f"header {name!r}: a name is letters, digits, '-', '_' and '.'")
         if key.startswith("grpc-") or key in _TRANSPORT_KEYS:
             raise InvalidArgument(f"header {name!r} is gRPC's own: it cannot be set per call")
+        if key in checked:
+            raise InvalidArgument(f"header {name!r} is given twice (names are case-insensitive)")
         if key.endswith("-bin"):
             if not isinstance(value, bytes):
                 raise InvalidArgument(f"header {name!r}: a -bin header's value is bytes")

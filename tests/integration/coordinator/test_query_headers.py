@@ -9,6 +9,7 @@ import pytest
 from helpers.worker_plans import tag_udf
 
 from flightfeed.errors import InvalidArgument
+from flightfeed.flight.request_headers import call_headers
 from flightfeed.plan import Coalesce, Projection, call, col
 from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
 from flightfeed.testing import start_cluster
@@ -78,3 +79,30 @@ async def test_a_header_grpc_cannot_carry_fails_its_query_only(headers: dict[str
             await coordinator.collect(tagged_plan(), headers=headers)
         after = await coordinator.collect(tagged_plan(), headers={"x-tag": "after"})
     assert after.num_rows == 200
+
+
+async def test_a_repeated_header_is_refused_not_cut_to_one_value() -> None:
+    """A served coordinator kept the last of a repeated header's values, without a word: the
+    session builders saw `x-tag: two` where the caller also sent `x-tag: one`."""
+    import pyarrow.flight as fl
+
+    from flightfeed.cluster import serve
+    from flightfeed.coordinator import table_command
+    from flightfeed.examples.chunk_scan import catalog
+
+    def query(location: str, headers: list[tuple[bytes, bytes]]) -> int:
+        descriptor = fl.FlightDescriptor.for_command(table_command("scan", (1, "2")))
+        with fl.connect(location) as client:
+            info = client.get_flight_info(descriptor, fl.FlightCallOptions(headers=headers))
+            return len(info.endpoints)
+
+    async with serve(catalog(), local_workers=1) as cluster:
+        repeated = [(b"x-tag", b"one"), (b"x-tag", b"two")]
+        with pytest.raises(pa.ArrowInvalid, match="header 'x-tag' is repeated"):
+            await anyio.to_thread.run_sync(query, cluster.location, repeated)
+        assert await anyio.to_thread.run_sync(query, cluster.location, repeated[:1]) == 1
+
+
+def test_a_header_named_twice_in_other_cases_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="'x-tag' is given twice"):
+        call_headers({"X-Tag": "one", "x-tag": "two"})
