@@ -395,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_seconds,
         default=WorkerConfig().plan_wait_timeout,
         metavar="SECONDS",
-        help="how long an ExecuteTask waits for its task's plan "
+        help="how long an ExecuteTask waits for its task's plan to come "
         f"(default {WorkerConfig().plan_wait_timeout:g})",
     )
     worker.add_argument(

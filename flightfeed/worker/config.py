@@ -21,7 +21,8 @@ from ..tables.snapshots import DEFAULT_SNAPSHOT_GRACE, DEFAULT_SNAPSHOT_TTL
 class WorkerConfig:
     """Limits and timeouts of a worker.
 
-    plan_wait_timeout: how long an ExecuteTask waits for its task's SetPlan.
+    plan_wait_timeout: how long an ExecuteTask waits for its task's SetPlan to come (once it
+        has, the wait lasts while its session is built and its plan decoded).
     idle_ttl: a task with a plan but no consumer activity for this long is dropped.
     tombstone_ttl: how long a finished task's key answers "already finished".
     consumer_buffer_batches: per-consumer buffer of a fanned-out (repartition/broadcast) task.

@@ -4,15 +4,18 @@ An ExecuteTask may arrive before its SetPlan; it waits on an event for a bounded
 that ended leaves a tombstone for a while, so late requests learn what happened to it instead
 of waiting in vain; so does a SetPlan this worker refused (a plan its session cannot decode, a
 worker shutting down), and the readers already waiting for that plan learn it at once: the
-refusal itself, not a "no plan arrived" after the whole plan wait.
+refusal itself, not a "no plan arrived" after the whole plan wait. The wait is for a SetPlan
+to come: once one has, its readers wait while it is opened (a session builder may take longer
+than the plan wait), and learn how that ended.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import anyio
 
@@ -42,6 +45,8 @@ class TaskRegistry:
         self._on_edge = on_edge
         self._tasks: dict[TaskId, Task] = {}
         self._waiters: dict[TaskId, _Waiter] = {}
+        self._opening: Counter[TaskId] = Counter()
+        """SetPlans being opened (session built, plan decoded), by key."""
         self._tombstones: OrderedDict[TaskId, tuple[FlightfeedError, float]] = OrderedDict()
         """What a late reader of a task gets (a copy each time), until when."""
         self._changed = Signal()
@@ -131,6 +136,21 @@ class TaskRegistry:
         if waiter is not None:
             waiter.arrived.set()
 
+    @contextmanager
+    def opening(self, key: TaskId) -> Iterator[None]:
+        """A SetPlan for `key` is being opened: its readers wait past the plan wait timeout,
+        and are woken when it ends (the task is registered before they run, or refused)."""
+        self._opening[key] += 1
+        try:
+            yield
+        finally:
+            self._opening[key] -= 1
+            if not self._opening[key]:
+                del self._opening[key]
+            waiter = self._waiters.pop(key, None)
+            if waiter is not None:
+                waiter.arrived.set()
+
     def _bury(self, key: TaskId, gone: FlightfeedError) -> None:
         self._tombstones.pop(key, None)  # (re-inserted last: the oldest go first)
         self._tombstones[key] = (gone, time.monotonic() + self.config.tombstone_ttl)
@@ -161,6 +181,8 @@ class TaskRegistry:
         try:
             with anyio.move_on_after(self.config.plan_wait_timeout):
                 await waiter.arrived.wait()
+            if not waiter.arrived.is_set() and key in self._opening:
+                await waiter.arrived.wait()  # its SetPlan came: set when the opening ends
         finally:  # timed out, arrived or cancelled: the last one out removes the entry
             waiter.count -= 1
             if not waiter.count and self._waiters.get(key) is waiter:

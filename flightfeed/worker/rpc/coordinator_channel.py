@@ -116,11 +116,12 @@ async def open_task(state: WorkerState, headers: Headers, request: SetPlanReques
     """Check the request, build the session and decode the plan; registers nothing. A refusal
     is left for the task's readers to find (TaskRegistry.refused)."""
     key = task_id(request.task_key)
-    try:
-        return await _open_task(state, headers, request, key)
-    except Exception as exc:
-        state.registry.refused(key, as_flightfeed_error(exc))
-        raise
+    with state.registry.opening(key):
+        try:
+            return await _open_task(state, headers, request, key)
+        except Exception as exc:
+            state.registry.refused(key, as_flightfeed_error(exc))
+            raise
 
 
 async def _open_task(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -45,7 +46,7 @@ from flightfeed.flight.streams import FlightDataReader
 from flightfeed.plan import MemoryScan, Projection, call, col, partition_ids
 from flightfeed.plan.functions import BUILTINS
 from flightfeed.protocol import TYPED_ERRORS, GrpcTaskChannel, WorkerClient
-from flightfeed.session import SessionStateBuilder
+from flightfeed.session import Session, SessionStateBuilder, WorkerQueryContext
 from flightfeed.testing import start_workers
 from flightfeed.worker import Worker, WorkerConfig
 
@@ -276,6 +277,58 @@ async def test_bad_input_set_plan_never_comes() -> None:
     async with one_worker(WorkerConfig(plan_wait_timeout=0.2)) as (_, client):
         with anyio.fail_after(10), pytest.raises(NotFound, match=r"within 0\.2s"):
             await read(client, none_request(new_key(), 0, 1))
+        await assert_serves(client)
+
+
+@pytest.mark.parametrize("builds", [True, False], ids=["built", "refused"])
+async def test_readers_wait_while_a_slow_session_builder_runs(builds: bool) -> None:
+    """A session builder slower than the plan wait: its readers were told "no plan arrived
+    ... (unknown task, or its SetPlan never came)" while the SetPlan was being opened."""
+    release = anyio.Event()
+    started = anyio.Event()
+
+    async def slow_builder(ctx: WorkerQueryContext) -> Session:
+        first = not started.is_set()
+        started.set()
+        await release.wait()
+        if first and not builds:
+            raise RuntimeError("no credentials for this query")
+        return await header_session_builder(ctx)
+
+    config = WorkerConfig(plan_wait_timeout=0.2, idle_ttl=30.0)
+    async with (
+        start_workers(1, session_builder=slow_builder, config=config) as (worker,),
+        WorkerClient(worker.location) as client,
+    ):
+        key = new_key()
+        got: list[pa.Table | BaseException] = []
+
+        async def run_task() -> None:
+            with contextlib.suppress(FlightfeedError):
+                async with client.open_task(set_plan(scan(2), key)) as channel:
+                    await channel.wait_metrics()
+
+        async def reader() -> None:
+            try:
+                got.append(await read(client, none_request(key, 0, 2)))
+            except FlightfeedError as exc:
+                got.append(exc)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_task)
+                await started.wait()
+                tg.start_soon(reader)
+                await anyio.sleep(0.6)  # the reader waits past the 0.2 s plan wait
+                release.set()
+        (outcome,) = got
+        if builds:
+            assert isinstance(outcome, pa.Table)
+            assert sorted_by_k(outcome).equals(TABLE)
+        else:
+            assert isinstance(outcome, FlightfeedError)
+            assert "no credentials for this query" in str(outcome)
+        assert worker.registry.waiting == 0
         await assert_serves(client)
 
 
