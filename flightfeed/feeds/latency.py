@@ -60,6 +60,14 @@ def _bucket_index(value: int) -> int:
     return (exp - _SUB_BITS + 1) * _SUB + ((value >> (exp - _SUB_BITS)) - _SUB)
 
 
+def _bucketed(value: int) -> int:
+    """`_bucket_value(_bucket_index(value))` in one step (a sketch bucket's every sample)."""
+    if value < _SUB:
+        return max(value, 0)
+    shift = value.bit_length() - 1 - _SUB_BITS
+    return ((value >> shift) << shift) + ((1 << shift) >> 1)
+
+
 def _bucket_value(index: int) -> int:
     """A representative value (the middle) of a bucket."""
     if index < _SUB:
@@ -142,12 +150,12 @@ class LatencyHistogram:
             return [0] * len(qs)
         ordered = sorted(self._stage)
         ranks = _ranks(total, tuple(qs))
-        return [_bucket_value(_bucket_index(ordered[rank - 1])) for rank in ranks]
+        return [_bucketed(ordered[rank - 1]) for rank in ranks]
 
     def _every_sample(self) -> list[int]:
         """Every sample, sorted, as its bucket's value."""
         if self._counts is None:
-            return [_bucket_value(_bucket_index(value)) for value in sorted(self._stage)]
+            return [*map(_bucketed, sorted(self._stage))]
         self._fold()
         assert self._counts is not None
         buckets = np.flatnonzero(self._counts)
