@@ -16,9 +16,9 @@ filter's outcome matters (a predicate itself, or an AND/OR in one), NULL and fal
 alike, and IN becomes a plain set lookup the scan can push into DuckDB.
 
 Float comparisons order NaN as DataFusion does, above every number and equal to itself
-(datafusion_floats.py). Casts are Arrow C++'s checked casts (a float cast to an integer
-truncates, as in arrow-rs; a value out of range is an error). Integer arithmetic wraps on
-overflow in both.
+(datafusion_floats.py). Casts are Arrow C++'s checked casts; a float cast to an integer
+truncates, as in arrow-rs, and NaN, an infinity or a value out of range is an error
+(datafusion_casts.py). Integer arithmetic wraps on overflow in both.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from ..messages import oneof_member
 from ..plan.expr import Call, Column, Expr, Literal
 from ..plan.expr_proto import MAX_EXPR_DEPTH
 from ..plan.protobuf import parse_message
+from .datafusion_casts import FLOAT_TO_INTEGER
 from .datafusion_floats import FloatOrder
 from .datafusion_functions import DATAFUSION_33_FUNCTIONS, function_call
 from .datafusion_scalar import (
@@ -359,8 +360,13 @@ def _cast(value: Expr, target: pa.DataType, order: FloatOrder) -> Expr:
             f"DataFusion's cast of {source} to {target} is not supported in a predicate here:"
             " it rounds otherwise than Arrow's (0.125 is 0.13 there, 0.12 here)"
         )
+    to_integer = FLOAT_TO_INTEGER.get(target)
+    if to_integer is not None and (source is None or pa.types.is_floating(source)):
+        # arrow-rs truncates a float cast to an integer and fails on NaN, an infinity or a
+        # value out of range, which Arrow's truncating cast maps silently (datafusion_casts.py).
+        return Call(to_integer.name, (value,))
     options = pc.CastOptions.safe(target)
-    options.allow_float_truncate = True  # arrow-rs truncates a float cast to an integer
+    options.allow_float_truncate = True  # an integer cast to a float rounds, as in arrow-rs
     return Call("cast", (value,), options)
 
 

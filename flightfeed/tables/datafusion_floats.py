@@ -26,6 +26,7 @@ from ..errors import FlightfeedError, InvalidArgument
 from ..plan.expr import Call, Column, Expr, Literal, output_type
 from ..plan.functions import BuiltinFunctions, ScalarUdf
 from .datafusion_case import LOWER, UPPER
+from .datafusion_casts import FLOAT_TO_INTEGER
 from .datafusion_scalar import FALSE, TRUE
 
 _FLIPPED: Final = {
@@ -59,7 +60,9 @@ class PredicateFunctions(BuiltinFunctions):
         return _PREDICATE_UDFS.get(name)
 
 
-_PREDICATE_UDFS: Final = {udf.name: udf for udf in (SIGNBIT, UPPER, LOWER)}
+_PREDICATE_UDFS: Final = {
+    udf.name: udf for udf in (SIGNBIT, UPPER, LOWER, *FLOAT_TO_INTEGER.values())
+}
 PREDICATE_FUNCTIONS: Final = PredicateFunctions()
 
 

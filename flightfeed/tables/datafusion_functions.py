@@ -5,6 +5,12 @@ later releases by name. Only functions whose Arrow counterpart gives the same re
 made to by their options where Arrow's default differs: `round` rounds half away from zero,
 the trims remove spaces (not all whitespace), and `concat` skips NULLs. Every other function is
 refused by name.
+
+`sqrt` of a negative number (-inf too) fails the read, as in DataFusion 55 ("cannot take square
+root of a negative number"). Arrow's `sqrt` gives a NaN with its sign bit clear, which sorts
+above every number (datafusion_floats.py), so `sqrt(x) > 0.5` kept x = -1; DataFusion 33 on x86
+gives one with the bit set, which sorts below. Refusing is right for both: never a row either
+would not return. A NaN or -0.0 keeps its sign through it, as in both.
 """
 
 from __future__ import annotations
@@ -153,7 +159,7 @@ _FUNCTIONS: Final[dict[str, Make]] = {
     "ceil": _unary("ceil"),
     "floor": _unary("floor"),
     "trunc": _trunc,
-    "sqrt": _unary("sqrt"),
+    "sqrt": _unary("sqrt_checked"),  # (see the module's docstring)
     "round": _round,
     "lower": _unary(LOWER.name),  # Unicode's full case mapping, as Rust's (datafusion_case.py)
     "upper": _unary(UPPER.name),

@@ -3,7 +3,10 @@ read and are purged), `update_mode` (OVERWRITE: a row replaces the row of the sa
 key; APPEND: every row is kept). Unknown options and bad values are refused, not ignored.
 
 Unlike HoraeDB (a 7-day TTL unless told otherwise), a table keeps its rows until a `ttl` is set:
-losing data by default is the wrong surprise for a pipeline's results.
+losing data by default is the wrong surprise for a pipeline's results. So a table's first `ttl`
+turns the TTL on; from then on `ttl` and `enable_ttl` change independently, as in HoraeDB:
+`enable_ttl=false` keeps the ttl (and a ttl sent with it) for `enable_ttl=true` to take up again,
+and a new ttl leaves a disabled TTL disabled.
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ class TableOptions:
     ttl_ms: int | None = None
     """Rows whose timestamp is older than now minus this are gone; None: kept for ever."""
     update_mode: UpdateMode = "OVERWRITE"
+    disabled_ttl_ms: int | None = None
+    """The ttl kept while enable_ttl=false (ttl_ms is then None): HoraeDB keeps it."""
+
+    def __post_init__(self) -> None:
+        if self.ttl_ms is not None and self.disabled_ttl_ms is not None:
+            raise InvalidArgument("a TTL is either in effect (ttl_ms) or disabled, not both")
 
     @classmethod
     def parse(cls, options: Mapping[str, str], base: TableOptions | None = None) -> TableOptions:
@@ -60,15 +69,21 @@ class TableOptions:
         if unknown:
             raise InvalidArgument(f"unknown table option(s) {unknown}; known: {list(KNOWN)}")
         current = base or cls()
-        ttl = current.ttl_ms
+        enabled = current.ttl_ms is not None
+        ttl = current.ttl_ms if enabled else current.disabled_ttl_ms
         if "ttl" in options:
+            if ttl is None:
+                enabled = True  # the table's first ttl (see the module's docstring)
             ttl = parse_duration_ms(options["ttl"])
             if ttl == 0:
                 raise InvalidArgument("ttl must be positive (enable_ttl=false keeps every row)")
-        if "enable_ttl" in options and not _parse_bool("enable_ttl", options["enable_ttl"]):
-            ttl = None
-        elif options.get("enable_ttl", "").strip().lower() == "true" and ttl is None:
-            raise InvalidArgument("enable_ttl=true needs a ttl")
+        if "enable_ttl" in options:
+            enabled = _parse_bool("enable_ttl", options["enable_ttl"])
+            if enabled and ttl is None:
+                raise InvalidArgument(
+                    "enable_ttl=true needs a ttl: the table has none (no default here): send"
+                    " one with it, as ttl=7d"
+                )
         mode = options.get("update_mode", current.update_mode).strip().upper()
         if mode not in ("OVERWRITE", "APPEND"):
             raise InvalidArgument(f"update_mode must be OVERWRITE or APPEND, got {mode!r}")
@@ -77,13 +92,20 @@ class TableOptions:
                 f"a table's update_mode cannot change ({base.update_mode} → {mode}):"
                 " it decides how rows are stored"
             )
-        return cls(ttl_ms=ttl, update_mode=mode)  # type: ignore[arg-type]
+        return cls(
+            ttl_ms=ttl if enabled else None,
+            update_mode=mode,  # type: ignore[arg-type]
+            disabled_ttl_ms=None if enabled else ttl,
+        )
 
     def as_strings(self) -> dict[str, str]:
-        if self.ttl_ms is None:
-            return {"update_mode": self.update_mode, "enable_ttl": "false"}
-        ttl = _format_duration(self.ttl_ms)
-        return {"update_mode": self.update_mode, "enable_ttl": "true", "ttl": ttl}
+        """The options by HoraeDB's names, as `parse` reads them back."""
+        enabled = "true" if self.ttl_ms is not None else "false"
+        strings = {"update_mode": self.update_mode, "enable_ttl": enabled}
+        ttl = self.ttl_ms if self.ttl_ms is not None else self.disabled_ttl_ms
+        if ttl is not None:
+            strings["ttl"] = _format_duration(ttl)
+        return strings
 
 
 def _format_duration(ms: int) -> str:

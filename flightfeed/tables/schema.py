@@ -94,13 +94,28 @@ class TableSchema:
         return tuple(c.name for c in self.columns if c.is_tag)
 
     def with_added(self, added: Sequence[Column]) -> TableSchema:
-        """The next version with `added` columns appended (nullable, new ids)."""
-        next_id = max((c.id for c in self.columns), default=0) + 1
-        fresh = []
-        for i, c in enumerate(added):
+        """The next version with `added` columns appended, as given: nullable (old rows hold
+        none), a tag or not, each with its id if it has one (a HoraeDB node assigns them, and
+        writes by them: the id must be new), else the next free one (id 0: unset)."""
+        taken = {c.id: c.name for c in self.columns}
+        for c in added:
             if not c.nullable:
                 raise InvalidArgument(f"an added column must be nullable: {c.name!r} is not")
-            fresh.append(replace(c, id=next_id + i, is_tag=False))
+            if c.id and c.id in taken:
+                raise InvalidArgument(
+                    f"added column {c.name!r} asks for id {c.id}, which column"
+                    f" {taken[c.id]!r} has: an added column's id must be new"
+                )
+            if c.id:
+                taken[c.id] = c.name
+        next_id = max(taken, default=0) + 1
+        fresh = []
+        for c in added:
+            if c.id:
+                fresh.append(c)
+            else:
+                fresh.append(replace(c, id=next_id))
+                next_id += 1
         return replace(self, columns=(*self.columns, *fresh), version=self.version + 1)
 
     def to_proto(self) -> TableSchemaProto:
@@ -138,9 +153,14 @@ class TableSchema:
         )
         if len(columns) > MAX_COLUMNS:
             raise InvalidArgument(f"a table has at most {MAX_COLUMNS} columns, got {len(columns)}")
-        by_id = {c.id: c.name for c in columns}
-        if len(by_id) != len(columns):
-            raise InvalidArgument("column ids in a table schema must be distinct")
+        by_id: dict[int, str] = {}
+        for c in columns:
+            if c.id in by_id:
+                raise InvalidArgument(
+                    f"column ids in a table schema must be distinct: {by_id[c.id]!r} and"
+                    f" {c.name!r} are both id {c.id}"
+                )
+            by_id[c.id] = c.name
         missing = [i for i in (msg.timestamp_id, *msg.primary_key_ids) if i not in by_id]
         if missing:
             raise InvalidArgument(f"the table schema names column ids {missing} it does not have")

@@ -840,16 +840,18 @@ def _create_sql(
 
 
 def _added_columns(current: TableSchema, wanted: TableSchema) -> list[Any]:
-    """The columns of `wanted` after the table's own, which must come first, unchanged."""
+    """The columns of `wanted` after the table's own, which must come first, unchanged (ids
+    too: a HoraeDB node writes rows by them)."""
     have = current.columns
     if len(wanted.columns) < len(have):
         raise InvalidArgument("AlterTableSchema can only add columns, not drop them")
     for old, new in zip(have, wanted.columns, strict=False):
-        if (old.name, old.type, old.nullable, old.is_tag) != (
+        if (old.name, old.type, old.nullable, old.is_tag, old.id) != (
             new.name,
             new.type,
             new.nullable,
             new.is_tag,
+            new.id,
         ):
             raise InvalidArgument(
                 f"AlterTableSchema can only add columns: column {old.name!r} would change"
@@ -896,7 +898,8 @@ def _stored_options(name: TableName, stored: dict[str, str]) -> TableOptions:
         return TableOptions.parse(stored)
     except InvalidArgument as exc:
         log.warning("table %s: stored option refused (%s); kept without a TTL", name, exc)
-        return TableOptions.parse({k: v for k, v in stored.items() if k != "ttl"})
+        kept = {k: v for k, v in stored.items() if k not in ("ttl", "enable_ttl")}
+        return TableOptions.parse(kept)
 
 
 def _check_timestamp_range(name: str, values: pa.ChunkedArray | pa.Array) -> None:

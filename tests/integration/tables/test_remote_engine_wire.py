@@ -27,6 +27,7 @@ from helpers.contiguous_rows import contiguous_rows
 from helpers.seed_protos import SERVICE, SeedProtos, seed_protos
 
 from flightfeed._generated.flightfeed.v1 import TaskMetrics
+from flightfeed._generated.schema import TableSchema as SchemaProto
 from flightfeed.plan.aggregate import agg
 from flightfeed.plan.base import ExecutionPlan
 from flightfeed.plan.builder import plan_from
@@ -441,11 +442,14 @@ async def test_write_to_a_missing_table_is_not_found(cpu: tuple[Worker, Client])
     assert "flightfeed.public.nope" in response.header.error
 
 
-def contiguous_request(client: Client, worker: Worker, table: str, rows: pa.Table) -> Any:
+def contiguous_request(
+    client: Client, worker: Worker, table: str, rows: pa.Table, schema: TableSchema | None = None
+) -> Any:
     """A WriteRequest as a HoraeDB node sends every remote write: contiguous rows encoded for
-    the table's schema, as GetTableInfo gave it (tests/helpers/contiguous_rows.py)."""
+    `schema`, by default the table's, as GetTableInfo gave it (tests/helpers/contiguous_rows.py)."""
     assert worker.state.tables is not None
-    schema = worker.state.tables.entry(TableName.of(table)).schema
+    if schema is None:
+        schema = worker.state.tables.entry(TableName.of(table)).schema
     rows_pb = contiguous_rows(schema, rows)
     contiguous = client.pb.ContiguousRows(
         schema_version=rows_pb.schema_version,
@@ -717,6 +721,100 @@ async def test_a_horaedb_filter_orders_nan_as_datafusion_does(cpu: tuple[Worker,
         assert got.column("host").to_pylist() == hosts, where
 
 
+def datafusion_refusal(rows: pa.Table, where: str) -> tuple[list[bytes], str]:
+    """The predicates a HoraeDB node sends for `where` (DataFusion's plan of it, as in
+    datafusion_filter) and the first line of the error DataFusion fails with running it."""
+    ctx = SessionContext()
+    ctx.register_record_batches("cpu", [rows.to_batches()])
+    frame = ctx.sql(f"SELECT * FROM cpu WHERE {where}")
+    plan = frame.optimized_logical_plan()
+    while type(plan.to_variant()).__name__ != "Filter":
+        (plan,) = plan.inputs()
+    with pytest.raises(Exception, match="DataFusion error") as refused:
+        frame.to_arrow_table()
+    return [plan.to_variant().predicate().to_bytes()], str(refused.value).splitlines()[0]
+
+
+async def test_a_horaedb_cast_of_a_float_to_an_integer_truncates_as_datafusion_does(
+    cpu: tuple[Worker, Client],
+) -> None:
+    """Toward zero, 0.5 to 0 and -2.5 to -2, as arrow-rs does."""
+    _, client = cpu
+    v = [0.5, -0.5, -2.5, 2.9, 9.2e18, None]
+    rows = cpu_rows([1000, 2000, 3000, 4000, 5000, 6000], ["a", "b", "c", "d", "e", "f"], v)
+    await client.write_ok("cpu", rows)
+    cases = [
+        ("CAST(v AS BIGINT) = 0", ["a", "b"]),
+        ("CAST(v AS BIGINT) < -1", ["c"]),
+        ("CAST(v AS BIGINT) >= 2", ["d", "e"]),
+    ]
+    for where, hosts in cases:
+        predicates, expected = datafusion_filter(rows, where)
+        assert expected.column("host").to_pylist() == hosts
+        _, got = await client.read("cpu", predicates=predicates, order="Asc")
+        assert got.column("host").to_pylist() == hosts, where
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("CAST(v AS BIGINT) < -1000", float("nan")),
+        ("CAST(v AS BIGINT) < -1000", float("inf")),
+        ("CAST(v AS BIGINT) < -1000", float("-inf")),
+        ("CAST(v AS BIGINT) < -1000", 1e30),
+        ("CAST(v AS BIGINT) < -1000", 2.0**63),
+        ("CAST(v AS INT) = 0", 3e9),
+        ("CAST(v AS INT UNSIGNED) = 0", -1.0),
+    ],
+)
+async def test_a_horaedb_cast_of_a_float_an_integer_cannot_hold_fails_the_read(
+    cpu: tuple[Worker, Client], where: str, value: float
+) -> None:
+    """DataFusion fails the query ("Can't cast value NaN to type Int64"); Arrow's truncating
+    cast made such a value INT64_MIN, so `CAST(v AS BIGINT) < -1000` kept NaN and 1e30 and
+    HoraeDB returned them as filtered."""
+    _, client = cpu
+    rows = cpu_rows([1000, 2000], ["a", "b"], [0.5, value])
+    await client.write_ok("cpu", rows)
+    predicates, refused = datafusion_refusal(rows, where)
+    assert "Can't cast value" in refused
+    (response,) = await client.read_responses("cpu", predicates=predicates)
+    assert response.header.code == BAD_REQUEST, response.header.error
+    assert "can't cast value" in response.header.error
+    assert response.WhichOneof("output") is None
+
+
+@pytest.mark.parametrize("value", [-1.0, float("-inf"), -1e-300])
+async def test_a_horaedb_sqrt_of_a_negative_number_fails_the_read(
+    cpu: tuple[Worker, Client], value: float
+) -> None:
+    """As in DataFusion 55. Arrow's sqrt made it a NaN with its sign bit clear, which sorts
+    above every number, so `sqrt(v) > 0.5` kept v = -1 (DataFusion 33's x86 NaN sorts below)."""
+    _, client = cpu
+    rows = cpu_rows([1000, 2000], ["a", "b"], [4.0, value])
+    await client.write_ok("cpu", rows)
+    predicates, refused = datafusion_refusal(rows, "sqrt(v) > 0.5")
+    assert "cannot take square root of a negative number" in refused
+    (response,) = await client.read_responses("cpu", predicates=predicates)
+    assert response.header.code == BAD_REQUEST, response.header.error
+    assert "square root of negative number" in response.header.error
+
+
+async def test_a_horaedb_sqrt_keeps_the_sign_of_a_nan_and_a_zero(
+    cpu: tuple[Worker, Client],
+) -> None:
+    _, client = cpu
+    negative_nan = -float("nan")  # (its sign bit set: below every number in DataFusion)
+    v = [4.0, 0.0, -0.0, float("nan"), negative_nan, None]
+    rows = cpu_rows([1000, 2000, 3000, 4000, 5000, 6000], ["a", "b", "c", "d", "e", "f"], v)
+    await client.write_ok("cpu", rows)
+    for where, hosts in [("sqrt(v) > 0.5", ["a", "d"]), ("sqrt(v) < 0.5", ["b", "c", "e"])]:
+        predicates, expected = datafusion_filter(rows, where)
+        assert expected.column("host").to_pylist() == hosts, where
+        _, got = await client.read("cpu", predicates=predicates, order="Asc")
+        assert got.column("host").to_pylist() == hosts, where
+
+
 async def test_a_long_horaedb_in_list_keeps_the_loop_free(cpu: tuple[Worker, Client]) -> None:
     """A filter `n IN (...)` of 100,000 values (780 KB) took 2.4 s to decode on the event loop;
     it decodes off it now, under the loop guard around every test."""
@@ -915,6 +1013,105 @@ async def test_alter_table_options_refuses_an_unknown_option(cpu: tuple[Worker, 
         client.pb.AlterTableOptionsRequest(table=client.table("missing"), options={"ttl": "1d"})
     )
     assert missing.header.code == NOT_FOUND
+
+
+async def test_alter_table_schema_stores_the_ids_and_tags_it_is_sent(
+    cpu: tuple[Worker, Client],
+) -> None:
+    """A HoraeDB node sends the altered schema whole (ids assigned, tags flagged) and encodes
+    its next writes by it. A new column sent as id 7, a tag, was answered OK and stored as id
+    5, not a tag: the node's next write was refused."""
+    worker, client = cpu
+    pb, schema_pb2 = client.pb, client.seed.schema_pb2
+    current = (await client.table_info("cpu")).table_info.table_schema
+    wanted = schema_pb2.TableSchema()
+    wanted.CopyFrom(current)
+    wanted.version = current.version + 1
+    wanted.columns.add(name="dc", data_type=schema_pb2.STRING, is_nullable=True, id=7, is_tag=True)
+    response = await client.stub.AlterTableSchema(
+        pb.AlterTableSchemaRequest(
+            table=client.table("cpu"), table_schema=wanted, pre_schema_version=current.version
+        )
+    )
+    assert (response.header.code, response.header.error) == (OK, "")
+    altered = (await client.table_info("cpu")).table_info.table_schema
+    assert altered == wanted, altered
+
+    rows = cpu_rows([1000], ["a"], [1.0], [1]).append_column("dc", pa.array(["east"]))
+    sent = TableSchema.from_proto(SchemaProto.parse(wanted.SerializeToString()))
+    response = await client.stub.Write(contiguous_request(client, worker, "cpu", rows, sent))
+    assert (response.header.code, response.header.error) == (OK, "")
+    _, got = await client.read("cpu")
+    assert got.column("dc").to_pylist() == ["east"]
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ("id of an existing column", "distinct: 'v' and 'dc' are both id 3"),
+        ("existing column's id", "column 'n' would change"),
+        ("floating point tag", "tag 'dc' cannot be floating point"),
+    ],
+)
+async def test_alter_table_schema_refuses_what_it_cannot_store(
+    cpu: tuple[Worker, Client], change: str, error: str
+) -> None:
+    """Refused, naming the column, and nothing changes: never answered OK while storing
+    another schema."""
+    _, client = cpu
+    pb, schema_pb2 = client.pb, client.seed.schema_pb2
+    current = (await client.table_info("cpu")).table_info.table_schema
+    wanted = schema_pb2.TableSchema()
+    wanted.CopyFrom(current)
+    dc = wanted.columns.add(name="dc", data_type=schema_pb2.STRING, is_nullable=True, id=5)
+    if change == "id of an existing column":
+        dc.id = 3
+    elif change == "existing column's id":
+        wanted.columns[3].id = 9
+    else:
+        dc.data_type, dc.is_tag = schema_pb2.DOUBLE, True
+    response = await client.stub.AlterTableSchema(
+        pb.AlterTableSchemaRequest(
+            table=client.table("cpu"), table_schema=wanted, pre_schema_version=current.version
+        )
+    )
+    assert response.header.code == BAD_REQUEST
+    assert error in response.header.error, response.header.error
+    assert (await client.table_info("cpu")).table_info.table_schema == current
+
+
+async def test_alter_table_options_keeps_the_ttl_while_it_is_disabled(
+    cpu: tuple[Worker, Client],
+) -> None:
+    """HoraeDB's ttl and enable_ttl are independent: enable_ttl=false threw the ttl away here
+    (enable_ttl=true alone was then refused), and a ttl sent with enable_ttl=false was
+    answered OK and dropped."""
+    _, client = cpu
+    now = time.time_ns() // 1_000_000
+    old, fresh = cpu_rows([now - 3 * DAY_MS], ["a"], [1.0]), cpu_rows([now], ["b"], [2.0])
+    await client.write_ok("cpu", pa.concat_tables([old, fresh]))
+
+    async def alter(options: dict[str, str]) -> dict[str, str]:
+        response = await client.stub.AlterTableOptions(
+            client.pb.AlterTableOptionsRequest(table=client.table("cpu"), options=options)
+        )
+        assert (response.header.code, response.header.error) == (OK, "")
+        return dict((await client.table_info("cpu")).table_info.options)
+
+    mode = {"update_mode": "OVERWRITE"}
+    assert await alter({"enable_ttl": "false", "ttl": "4d"}) == {
+        **mode,
+        "enable_ttl": "false",
+        "ttl": "4d",
+    }
+    assert await alter({"ttl": "2d"}) == {**mode, "enable_ttl": "false", "ttl": "2d"}
+    _, got = await client.read("cpu", order="Asc")
+    assert got.num_rows == 2  # disabled: every row read
+    assert await alter({"enable_ttl": "true"}) == {**mode, "enable_ttl": "true", "ttl": "2d"}
+    _, got = await client.read("cpu", order="Asc")
+    assert_tables_equal(got, fresh)
+    assert await alter({"enable_ttl": "false"}) == {**mode, "enable_ttl": "false", "ttl": "2d"}
+    assert await alter({"enable_ttl": "true"}) == {**mode, "enable_ttl": "true", "ttl": "2d"}
 
 
 # --- Protocol errors ---------------------------------------------------------------------

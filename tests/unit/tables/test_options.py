@@ -3,6 +3,8 @@ update_mode fixed once a table exists, and as_strings read back by parse."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from flightfeed.errors import InvalidArgument
 from flightfeed.tables.options import KNOWN, TableOptions, parse_duration_ms
 
 DAY = 86_400_000
+HOUR = 3_600_000
 
 
 def test_the_defaults_keep_rows_for_ever_and_overwrite() -> None:
@@ -65,6 +68,30 @@ def test_enable_ttl_false_disables_it_whatever_the_ttl() -> None:
     assert TableOptions.parse({"enable_ttl": "False"}).ttl_ms is None
     base = TableOptions(ttl_ms=DAY)
     assert TableOptions.parse({"enable_ttl": "false"}, base).ttl_ms is None
+
+
+def test_enable_ttl_false_keeps_the_ttl_for_enable_ttl_true() -> None:
+    """HoraeDB's ttl and enable_ttl are independent options: disabling the TTL kept no ttl
+    here, so enable_ttl=true alone was refused after it ('needs a ttl'), and a ttl sent with
+    enable_ttl=false was answered OK and dropped."""
+    base = TableOptions.parse({"ttl": "2h"})
+    disabled = TableOptions.parse({"enable_ttl": "false"}, base)
+    assert (disabled.ttl_ms, disabled.disabled_ttl_ms) == (None, 2 * HOUR)
+    assert disabled.as_strings() == {"update_mode": "OVERWRITE", "enable_ttl": "false", "ttl": "2h"}
+    assert TableOptions.parse({"enable_ttl": "true"}, disabled) == base
+    sent = TableOptions.parse({"ttl": "3h", "enable_ttl": "false"}, base)
+    assert (sent.ttl_ms, sent.disabled_ttl_ms) == (None, 3 * HOUR)
+    assert TableOptions.parse({"enable_ttl": "true"}, sent).ttl_ms == 3 * HOUR
+    assert TableOptions.parse(sent.as_strings()) == sent  # as a worker reads it back
+
+
+def test_a_new_ttl_leaves_a_disabled_ttl_disabled() -> None:
+    """As in HoraeDB; only a table's first ttl turns the TTL on (it had none in effect)."""
+    disabled = TableOptions.parse({"ttl": "2h", "enable_ttl": "false"})
+    assert disabled.disabled_ttl_ms == 2 * HOUR
+    changed = TableOptions.parse({"ttl": "5h"}, disabled)
+    assert (changed.ttl_ms, changed.disabled_ttl_ms) == (None, 5 * HOUR)
+    assert TableOptions.parse({"ttl": "5h"}, TableOptions()).ttl_ms == 5 * HOUR
 
 
 def test_enable_ttl_true_needs_a_ttl() -> None:
@@ -143,11 +170,19 @@ def test_as_strings_names_every_option() -> None:
     assert TableOptions(ttl_ms=25 * 3_600_000).as_strings()["ttl"] == "25h"
 
 
+def _options(ttl_ms: int | None, enabled: bool, update_mode: str) -> TableOptions:
+    if enabled:
+        return TableOptions(ttl_ms, update_mode)  # type: ignore[arg-type]
+    return TableOptions(None, update_mode, disabled_ttl_ms=ttl_ms)  # type: ignore[arg-type]
+
+
 OPTIONS = st.builds(
-    TableOptions,
+    _options,
     ttl_ms=st.none() | st.integers(1, 999_999_999_999),
+    enabled=st.booleans(),
     update_mode=st.sampled_from(["OVERWRITE", "APPEND"]),
 )
+"""No TTL, one in effect, or one kept while disabled."""
 
 
 @given(options=OPTIONS)
@@ -160,8 +195,15 @@ def test_as_strings_parses_back_to_the_same_options(options: TableOptions) -> No
 def test_as_strings_over_any_base_of_the_same_mode_gives_the_options(
     options: TableOptions, other: TableOptions
 ) -> None:
-    base = TableOptions(other.ttl_ms, options.update_mode)
-    assert TableOptions.parse(options.as_strings(), base) == options
+    """Whatever the base, the TTL in effect is the options'; so is the ttl kept, unless the
+    options have none (enable_ttl=false alone keeps the base's, as HoraeDB does)."""
+    base = replace(other, update_mode=options.update_mode)
+    parsed = TableOptions.parse(options.as_strings(), base)
+    if options.ttl_ms is not None or options.disabled_ttl_ms is not None:
+        assert parsed == options
+    else:
+        assert parsed.ttl_ms is None
+        assert parsed.disabled_ttl_ms == (base.ttl_ms or base.disabled_ttl_ms)
 
 
 @pytest.mark.parametrize("text", ["999999999999d", "11574075d", "277777778h"])

@@ -344,7 +344,7 @@ def test_with_added_continues_the_ids_and_raises_the_version() -> None:
         ("k", "ts"),
         version=4,
     )
-    added = base.with_added([Column("a", INT, id=99, is_tag=True), Column("b", STR, comment="c")])
+    added = base.with_added([Column("a", INT), Column("b", STR, comment="c")])
     assert added.version == 5
     assert added.names == ["ts", "k", "a", "b"]
     assert [c.id for c in added.columns] == [3, 7, 8, 9]
@@ -354,6 +354,38 @@ def test_with_added_continues_the_ids_and_raises_the_version() -> None:
     assert base.version == 4  # the original is unchanged
     assert base.names == ["ts", "k"]
     assert added.with_added([]).version == 6
+
+
+def test_with_added_keeps_the_ids_and_tags_it_is_given() -> None:
+    """A HoraeDB node sends the altered schema whole, ids assigned and tags flagged, and then
+    writes rows by those ids: the columns were stored with new ids and not as tags, and the
+    node's next write was refused. An id left 0 (unset) takes the next free one."""
+    base = TableSchema.from_arrow(ARROW, timestamp="ts", tags=["host"])  # ids 1 to 5
+    added = base.with_added(
+        [Column("dc", STR, id=9, is_tag=True), Column("rack", STR), Column("n", INT, id=7)]
+    )
+    assert [(c.name, c.id, c.is_tag) for c in added.columns[5:]] == [
+        ("dc", 9, True),
+        ("rack", 10, False),
+        ("n", 7, False),
+    ]
+    assert added.primary_key == base.primary_key  # a tag added is not a key column
+
+
+def test_with_added_refuses_an_id_the_table_or_another_added_column_has() -> None:
+    base = TableSchema.from_arrow(ARROW, timestamp="ts")  # ids 1 to 5; region is 3
+    with pytest.raises(
+        InvalidArgument, match=r"added column 'dc' asks for id 3, which column 'region' has"
+    ):
+        base.with_added([Column("dc", STR, id=3)])
+    with pytest.raises(InvalidArgument, match=r"added column 'b' asks for id 8, which column 'a'"):
+        base.with_added([Column("a", STR, id=8), Column("b", STR, id=8)])
+
+
+def test_with_added_refuses_a_floating_point_tag() -> None:
+    base = TableSchema.from_arrow(ARROW, timestamp="ts")
+    with pytest.raises(InvalidArgument, match="tag 'load' cannot be floating point"):
+        base.with_added([Column("load", of_arrow(pa.float64()), id=6, is_tag=True)])
 
 
 def test_with_added_refuses_a_non_nullable_column() -> None:

@@ -441,6 +441,7 @@ def changed(**change: Any) -> TableSchema:
         changed(nullable=False),
         changed(is_tag=True),
         changed(name="v2"),
+        changed(id=42),
         TableSchema(SCHEMA.columns[:3], "ts", ("host", "ts")),  # a column dropped
         TableSchema(SCHEMA.columns, "ts", ("ts",)),  # host leaves the key
         TableSchema(
@@ -450,7 +451,7 @@ def changed(**change: Any) -> TableSchema:
             (SCHEMA.columns[1], SCHEMA.columns[0], *SCHEMA.columns[2:]), "ts", ("host", "ts")
         ),
     ],
-    ids=["type", "nullable", "tag", "rename", "drop", "key", "key-order", "reorder"],
+    ids=["type", "nullable", "tag", "rename", "id", "drop", "key", "key-order", "reorder"],
 )
 def test_alter_schema_refuses_to_change_existing_columns(
     tables: TableStore, wanted: TableSchema
