@@ -21,6 +21,9 @@ coordinator) numbers its units from 0 again: offsets of an earlier incarnation n
 units only when every provider of the table declares `deterministic = True` (a new provider
 discovers the same units in the same order). Otherwise a request carrying them is refused
 (Conflict) rather than served units it never meant: a queue's new units would be skipped.
+The reopened stream has not heard of the earlier one's readers: once one of them comes back,
+the units held then are kept for `reader_ttl`, as for a reader just heard from, so that the
+others resume at their checkpoints too (the first one's commits dropped them before).
 """
 
 from __future__ import annotations
@@ -130,6 +133,8 @@ class FeedStream:
         self.max_backlog = max_backlog
         self.reader_ttl = reader_ttl
         self.readers: dict[str, _Reader] = {}
+        self._earlier_readers: _Reader | None = None
+        """What this incarnation holds for the earlier one's readers (module docstring)."""
         self.logs: dict[str, _Log] = {}
         self.last_used = anyio.current_time()
         self.fresh = True
@@ -148,7 +153,11 @@ class FeedStream:
     def check_incarnation(self, incarnation: str | None, what: str) -> None:
         """Refuse `what` (a request's offsets) taken in another incarnation of this stream,
         unless its providers are deterministic; None: a client that does not say (unchecked)."""
-        if incarnation is None or incarnation == self.incarnation or self.deterministic:
+        if incarnation is None or incarnation == self.incarnation:
+            return
+        if self.deterministic:
+            if self._earlier_readers is None:
+                self._earlier_readers = _Reader(self.start(), anyio.current_time())
             return
         raise Conflict(
             f"{what} of stream {self.stream_id} were taken before the stream was reopened (closed"
@@ -232,8 +241,12 @@ class FeedStream:
             return
         self.read_by(reader, offsets)
         self._forget_silent_readers(but=reader)
+        holding = list(self.readers.values())
+        earlier = self._earlier_readers
+        if earlier is not None and earlier.seen >= anyio.current_time() - self.reader_ttl:
+            holding.append(earlier)
         for key, log in self.logs.items():
-            log.commit(min(found.position.get(key, log.base) for found in self.readers.values()))
+            log.commit(min(found.position.get(key, log.base) for found in holding))
 
     def _forget_silent_readers(self, but: str | None = None) -> None:
         expired = anyio.current_time() - self.reader_ttl

@@ -382,3 +382,43 @@ async def test_a_stream_keeps_a_bounded_number_of_named_readers(
             await anyio.to_thread.run_sync(action, cluster.location, "stream_latest", body)
         known = _body(stream=opened["stream"], reader="a")
         await anyio.to_thread.run_sync(action, cluster.location, "stream_latest", known)
+
+
+async def test_a_reopened_stream_keeps_units_for_the_earlier_readers_yet_to_come_back() -> None:
+    """After a coordinator restart, the first query back committed and the stream dropped the
+    units a second query with a checkpoint of its own still needed: it failed for good with
+    'committed and dropped'."""
+    name = uuid.uuid4().hex
+    args: list[int | float | str | bool] = [name, 1]
+    provider = live_provider(name, 1)
+    async with service() as cluster:
+        location = cluster.location
+        opened = await anyio.to_thread.run_sync(
+            action, location, "stream_open", table_command("live", args)
+        )
+        stream_name, old = opened["stream"], opened["incarnation"]
+
+        async def call(kind: str, **fields: object) -> dict[str, object]:
+            body = _body(stream=stream_name, **fields)
+            return await anyio.to_thread.run_sync(action, location, kind, body)
+
+        provider.push(0, b"a", b"b", b"c", b"d")
+        await cluster.coordinator.streams.get(str(stream_name)).wait_discovered("0:0", 4)
+        for reader in ("first", "second"):  # both read up to 1 before the "restart"
+            await call("stream_commit", reader=reader, offsets={"0:0": 1}, incarnation=old)
+        cluster.coordinator.streams.close_idle(-1.0)  # a new incarnation knows no reader
+        await anyio.to_thread.run_sync(action, location, "stream_open", table_command("live", args))
+        stream = cluster.coordinator.streams.get(str(stream_name))
+        await call("stream_wait", at_least={"0:0": 1}, incarnation=old)  # "first" comes back
+        await stream.wait_discovered("0:0", 4)
+        await call("stream_commit", reader="first", offsets={"0:0": 4}, incarnation=old)
+        assert stream.start() == {"0:0": 0}  # kept for readers of the earlier incarnation
+        late = UnitRange(str(stream_name), {"0:0": 1}, {"0:0": 4}, str(old))
+        table = await anyio.to_thread.run_sync(read_range, location, "live", args, late)
+        assert sorted(table.column("body").to_pylist()) == [b"b", b"c", b"d"]
+        await call("stream_commit", reader="second", offsets={"0:0": 4}, incarnation=old)
+        assert stream.start() == {"0:0": 0}  # held for reader_ttl, whoever else may come
+        stream.reader_ttl = 0.0  # ... and no longer once it has passed
+        await anyio.sleep(0.01)
+        await call("stream_commit", reader="second", offsets={"0:0": 4})
+        assert stream.start() == {"0:0": 4}
