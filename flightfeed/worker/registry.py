@@ -139,7 +139,8 @@ class TaskRegistry:
     @contextmanager
     def opening(self, key: TaskId) -> Iterator[None]:
         """A SetPlan for `key` is being opened: its readers wait past the plan wait timeout,
-        and are woken when it ends (the task is registered before they run, or refused)."""
+        and are woken when the last opening ends (the task is registered before they run, or
+        refused)."""
         self._opening[key] += 1
         try:
             yield
@@ -147,9 +148,9 @@ class TaskRegistry:
             self._opening[key] -= 1
             if not self._opening[key]:
                 del self._opening[key]
-            waiter = self._waiters.pop(key, None)
-            if waiter is not None:
-                waiter.arrived.set()
+                waiter = self._waiters.pop(key, None)
+                if waiter is not None:
+                    waiter.arrived.set()
 
     def _bury(self, key: TaskId, gone: FlightfeedError) -> None:
         self._tombstones.pop(key, None)  # (re-inserted last: the oldest go first)
