@@ -9,6 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import ClassVar
 
 import anyio
@@ -23,6 +24,7 @@ from flightfeed.coordinator.table_query import UnitRange
 from flightfeed.errors import FeedError
 from flightfeed.plan import ExecutionPlan
 from flightfeed.testing.feeds import (
+    LiveProvider,
     UnitProvider,
     live_provider,
     unit_scan,
@@ -234,6 +236,49 @@ def _body(**fields: object) -> bytes:
     return json.dumps(fields).encode()
 
 
+@dataclass
+class LiveStream:
+    """A served `live` table of one partition, opened as a stream, and its actions."""
+
+    cluster: CoordinatorCluster
+    args: list[int | float | str | bool]
+    provider: LiveProvider
+    opened: dict[str, object]
+
+    @property
+    def name(self) -> str:
+        return str(self.opened["stream"])
+
+    @property
+    def incarnation(self) -> str:
+        """The first opening's."""
+        return str(self.opened["incarnation"])
+
+    async def open(self) -> dict[str, object]:
+        command = table_command("live", self.args)
+        return await anyio.to_thread.run_sync(action, self.cluster.location, "stream_open", command)
+
+    async def call(self, kind: str, **fields: object) -> dict[str, object]:
+        body = _body(stream=self.name, **fields)
+        return await anyio.to_thread.run_sync(action, self.cluster.location, kind, body)
+
+    async def read(self, units: UnitRange) -> pa.Table:
+        return await anyio.to_thread.run_sync(
+            read_range, self.cluster.location, "live", self.args, units
+        )
+
+
+@asynccontextmanager
+async def live_stream() -> AsyncIterator[LiveStream]:
+    name = uuid.uuid4().hex
+    args: list[int | float | str | bool] = [name, 1]
+    provider = live_provider(name, 1)
+    async with service() as cluster:
+        command = table_command("live", args)
+        opened = await anyio.to_thread.run_sync(action, cluster.location, "stream_open", command)
+        yield LiveStream(cluster, args, provider, opened)
+
+
 async def test_offsets_of_a_reopened_queue_are_refused_not_served() -> None:
     """A provider that hands each unit out once numbers the reopened stream's units from 0: a
     query resuming at its checkpoint of 2 skipped the first 2 new units without a word."""
@@ -277,26 +322,14 @@ async def test_offsets_of_a_reopened_queue_are_refused_not_served() -> None:
 
 
 async def test_offsets_of_a_reopened_deterministic_stream_resume_where_they_were() -> None:
-    name = uuid.uuid4().hex
-    args: list[int | float | str | bool] = [name, 1]
-    provider = live_provider(name, 1)
-    async with service() as cluster:
-        location = cluster.location
-        opened = await anyio.to_thread.run_sync(
-            action, location, "stream_open", table_command("live", args)
-        )
-        provider.push(0, b"a", b"b", b"c")
-        cluster.coordinator.streams.close_idle(-1.0)
-        await anyio.to_thread.run_sync(action, location, "stream_open", table_command("live", args))
-        waited = await anyio.to_thread.run_sync(
-            action,
-            location,
-            "stream_wait",
-            _body(stream=opened["stream"], at_least={"0:0": 2}, incarnation=opened["incarnation"]),
-        )
+    async with live_stream() as live:
+        live.provider.push(0, b"a", b"b", b"c")
+        live.cluster.coordinator.streams.close_idle(-1.0)
+        await live.open()
+        waited = await live.call("stream_wait", at_least={"0:0": 2}, incarnation=live.incarnation)
         assert waited["offsets"]["0:0"] >= 2  # type: ignore[index]
-        rest = UnitRange(str(opened["stream"]), {"0:0": 2}, {"0:0": 3}, str(opened["incarnation"]))
-        table = await anyio.to_thread.run_sync(read_range, location, "live", args, rest)
+        rest = UnitRange(live.name, {"0:0": 2}, {"0:0": 3}, live.incarnation)
+        table = await live.read(rest)
         assert table.column("body").to_pylist() == [b"c"]
 
 
@@ -327,21 +360,9 @@ async def test_a_failed_stream_reports_its_failure_until_opened_again() -> None:
 async def test_named_readers_each_keep_the_units_they_have_not_committed() -> None:
     """One commit position per stream: a query that committed dropped the units another query
     with a checkpoint of its own had not read yet ('committed and dropped')."""
-    name = uuid.uuid4().hex
-    args: list[int | float | str | bool] = [name, 1]
-    provider = live_provider(name, 1)
-    async with service() as cluster:
-        location = cluster.location
-        opened = await anyio.to_thread.run_sync(
-            action, location, "stream_open", table_command("live", args)
-        )
-        stream_name = opened["stream"]
-        stream = cluster.coordinator.streams.get(str(stream_name))
-
-        async def call(kind: str, **fields: object) -> dict[str, object]:
-            body = _body(stream=stream_name, **fields)
-            return await anyio.to_thread.run_sync(action, location, kind, body)
-
+    async with live_stream() as live:
+        call, provider = live.call, live.provider
+        stream = live.cluster.coordinator.streams.get(live.name)
         first = await call("stream_latest", reader="first")
         second = await call("stream_latest", reader="second")
         assert first["position"] == second["position"] == {"0:0": 0}
@@ -349,8 +370,7 @@ async def test_named_readers_each_keep_the_units_they_have_not_committed() -> No
         await stream.wait_discovered("0:0", 3)
         await call("stream_commit", reader="first", offsets={"0:0": 3})
         assert stream.start() == {"0:0": 0}  # "second" has read none of them
-        late = UnitRange(str(stream_name), {"0:0": 0}, {"0:0": 3})
-        table = await anyio.to_thread.run_sync(read_range, location, "live", args, late)
+        table = await live.read(UnitRange(live.name, {"0:0": 0}, {"0:0": 3}))
         assert sorted(table.column("body").to_pylist()) == [b"a", b"b", b"c"]
         await call("stream_commit", reader="second", offsets={"0:0": 2})
         assert stream.start() == {"0:0": 2}
@@ -388,33 +408,20 @@ async def test_a_reopened_stream_keeps_units_for_the_earlier_readers_yet_to_come
     """After a coordinator restart, the first query back committed and the stream dropped the
     units a second query with a checkpoint of its own still needed: it failed for good with
     'committed and dropped'."""
-    name = uuid.uuid4().hex
-    args: list[int | float | str | bool] = [name, 1]
-    provider = live_provider(name, 1)
-    async with service() as cluster:
-        location = cluster.location
-        opened = await anyio.to_thread.run_sync(
-            action, location, "stream_open", table_command("live", args)
-        )
-        stream_name, old = opened["stream"], opened["incarnation"]
-
-        async def call(kind: str, **fields: object) -> dict[str, object]:
-            body = _body(stream=stream_name, **fields)
-            return await anyio.to_thread.run_sync(action, location, kind, body)
-
-        provider.push(0, b"a", b"b", b"c", b"d")
-        await cluster.coordinator.streams.get(str(stream_name)).wait_discovered("0:0", 4)
+    async with live_stream() as live:
+        call, old, streams = live.call, live.incarnation, live.cluster.coordinator.streams
+        live.provider.push(0, b"a", b"b", b"c", b"d")
+        await streams.get(live.name).wait_discovered("0:0", 4)
         for reader in ("first", "second"):  # both read up to 1 before the "restart"
             await call("stream_commit", reader=reader, offsets={"0:0": 1}, incarnation=old)
-        cluster.coordinator.streams.close_idle(-1.0)  # a new incarnation knows no reader
-        await anyio.to_thread.run_sync(action, location, "stream_open", table_command("live", args))
-        stream = cluster.coordinator.streams.get(str(stream_name))
+        streams.close_idle(-1.0)  # a new incarnation knows no reader
+        await live.open()
+        stream = streams.get(live.name)
         await call("stream_wait", at_least={"0:0": 1}, incarnation=old)  # "first" comes back
         await stream.wait_discovered("0:0", 4)
         await call("stream_commit", reader="first", offsets={"0:0": 4}, incarnation=old)
         assert stream.start() == {"0:0": 0}  # kept for readers of the earlier incarnation
-        late = UnitRange(str(stream_name), {"0:0": 1}, {"0:0": 4}, str(old))
-        table = await anyio.to_thread.run_sync(read_range, location, "live", args, late)
+        table = await live.read(UnitRange(live.name, {"0:0": 1}, {"0:0": 4}, old))
         assert sorted(table.column("body").to_pylist()) == [b"b", b"c", b"d"]
         await call("stream_commit", reader="second", offsets={"0:0": 4}, incarnation=old)
         assert stream.start() == {"0:0": 0}  # held for reader_ttl, whoever else may come
