@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from pyarrow.acero import AggregateNodeOptions, Declaration, TableSourceNodeOptions
 
 from ..errors import ExecutionError, FlightfeedError
+from .checked_sum import Widened, narrow_sum, widen_for_sum
 from .float_keys import normalized
 from .functions import GroupedStateFunction
 from .single_group import single_group
@@ -62,6 +63,7 @@ def group_aggregate(
     arrays: list[pa.ChunkedArray | pa.Array] = [normalized(table.column(k)) for k in keys]
     specs: list[tuple[list[str], str, pc.FunctionOptions | None, str]] = []
     result_names: list[str] = []
+    widened: dict[str, Widened] = {}
     for i, op in enumerate(ops):
         if not isinstance(op, BuiltinOp):
             continue
@@ -71,7 +73,12 @@ def group_aggregate(
             result_names.append(_COUNT_ALL)
             continue
         names.append(f"__ff_a{i}")
-        arrays.append(table.column(op.source))
+        column = table.column(op.source)
+        wide = widen_for_sum(column) if op.function == "sum" else None
+        if wide is not None:
+            widened[f"__ff_r{i}"] = wide
+            column = wide.column
+        arrays.append(column)
         specs.append(([f"__ff_a{i}"], hash_prefix + op.function, op.options, f"__ff_r{i}"))
         result_names.append(f"__ff_r{i}")
     grouped_ops = [op for op in ops if isinstance(op, GroupedOp)]
@@ -89,8 +96,14 @@ def group_aggregate(
 
     out: list[pa.Array | pa.ChunkedArray] = [result.column(name) for name in names[: len(keys)]]
     out_names = list(keys)
-    out += [result.column(name) for name in result_names]
-    out_names += [op.output for op in ops if isinstance(op, BuiltinOp)]
+    builtin_outputs = [op.output for op in ops if isinstance(op, BuiltinOp)]
+    out += [
+        narrow_sum(result.column(name), widened[name], repr(output))
+        if name in widened
+        else result.column(name)
+        for name, output in zip(result_names, builtin_outputs, strict=True)
+    ]
+    out_names += builtin_outputs
     if grouped_ops:
         if with_ids:
             ids = _group_ids(result.column(_ROW_LISTS), n)

@@ -79,3 +79,38 @@ async def test_a_division_by_zero_is_the_querys_own_error_not_the_workers(
         await wait_for_no_tasks([worker])
     assert info.value.status.name == "INVALID_ARGUMENT"
     assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("value", "chunks", "where"),
+    [
+        # Two rows of 2^62 in each partition: the worker's partial sum overflows.
+        (1 << 62, ["2", "2"], "partial on the worker"),
+        # Each partition's partial sum fits (2^62); their total (2^64) fails in the final step.
+        (1 << 61, ["2", "2", "2", "2"], "final on the coordinator"),
+    ],
+)
+async def test_a_sum_past_int64_fails_the_query_instead_of_wrapping(
+    value: int, chunks: list[str], where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Arrow's sums wrap silently: four 2^62 summed to 0 and the query answered 0."""
+    import pyarrow as pa
+
+    from flightfeed.errors import DataError
+    from flightfeed.plan import AggregateMode, HashAggregate, Projection, agg, col, lit
+
+    rows = Projection(
+        scan(1, *chunks), [col("task"), lit(pa.scalar(value, pa.int64()))], ["k", "v"]
+    )
+    keys, sums = [(col("k"), "k")], [agg("sum", col("v"), name="total")]
+    partial = HashAggregate(rows, keys, sums, mode=AggregateMode.PARTIAL)
+    plan = HashAggregate(Coalesce(partial), keys, sums, mode=AggregateMode.FINAL)
+    async with start_workers(1, session_builder=chunk_session_builder) as (worker,):
+        async with coordinator(worker.location) as c:
+            with pytest.raises(DataError, match=r"sum 'total.*' overflows int64") as info:
+                await c.collect(plan)
+        await wait_for_no_tasks([worker])
+    assert info.value.status.name == "INVALID_ARGUMENT"
+    on_worker = info.value.origin is not None and info.value.origin.worker_url == worker.location
+    assert on_worker == (where == "partial on the worker")
+    assert "Traceback" not in caplog.text

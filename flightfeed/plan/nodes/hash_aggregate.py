@@ -393,8 +393,10 @@ class HashAggregate(UnaryNode):
         resolved_aggregates = zip(self.aggregates, self._resolved, strict=True)
         for i, (aggregate, resolved) in enumerate(resolved_aggregates):
             sources = []
+            prepare = resolved.prepare if isinstance(resolved, BuiltinAggregate) else None
             for j, arg in enumerate(aggregate.args):
-                columns[f"__arg{i}_{j}"] = column(arg)
+                values = column(arg)
+                columns[f"__arg{i}_{j}"] = values if prepare is None else prepare(values)
                 sources.append(f"__arg{i}_{j}")
             ops += _partial_ops(resolved, sources, self._states[i])
         if not columns:
