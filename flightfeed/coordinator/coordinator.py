@@ -598,6 +598,8 @@ class Coordinator:
             if why is None and not held.released:  # (released: nobody reads it any more)
                 moved = await self._move(held, run, failure)
             if moved is None:
+                if why is None and not held.released:
+                    why = _unmovable(run)
                 runtime.fail(final_error(runtime.query_id, failures, why or ""))
                 return
             run = moved
@@ -802,6 +804,13 @@ def _unreplayable(runtime: QueryRuntime, replay: FeedReplay | None) -> list[str]
     if any(run.task.feeds for run in runtime.tasks.values()):
         return ["the query reads feeds and retries are off (max_attempts 1, or no delivery log)"]
     return []
+
+
+def _unmovable(run: TaskRun) -> str:
+    """Why a held task whose worker was lost did not move (`Coordinator._move`)."""
+    if run.task.worker is not None:
+        return f"task {run.task.task_number} reads data that lives on that worker"
+    return f"no other worker could take task {run.task.task_number}"
 
 
 def _finish_unstarted(metrics: QueryMetrics, exc: BaseException) -> None:

@@ -70,13 +70,12 @@ class HeldQuery:
         self.stage = stage
         self.ttl = ttl
         self.grace = grace
-        self.endpoints: tuple[Endpoint, ...] = tuple(
-            self.endpoint(task.task_number, partition)
+        self._partitions = tuple(
+            (task.task_number, partition)
             for task in stage.tasks
             for partition in range(stage.partitions_per_task)
         )
-        """Where each partition was first placed (`endpoint`: where it is read now)."""
-        self._unread = {(e.task_number, e.partition) for e in self.endpoints}
+        self._unread = set(self._partitions)
         self._read_at = anyio.current_time()
         self._progress = anyio.Event()
         self._released = anyio.Event()
@@ -101,6 +100,12 @@ class HeldQuery:
     @property
     def schema(self) -> pa.Schema:
         return self.stage.schema
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """Where each partition is read now, task by task: a task moved off a lost worker
+        before the query was handed out is read where it runs, not where it was placed."""
+        return tuple(self.endpoint(task, partition) for task, partition in self._partitions)
 
     @property
     def unread(self) -> int:
@@ -174,13 +179,19 @@ class HeldQuery:
             if self.run(task_number) is run:
                 return run
 
-    async def relocate(self, task_number: int, partition: int, failed: str) -> Endpoint:
-        """Where to read a partition whose reader could not reach `failed`: once the task runs
-        elsewhere (its worker was found lost) and has its plan there. Callers bound the wait
-        and fall back to `endpoint`."""
+    async def relocate(
+        self, task_number: int, partition: int, failed: str, attempt: int
+    ) -> Endpoint:
+        """Where to read a partition whose reader could not read `attempt` of its task at
+        `failed`: once the task runs elsewhere, or again (a worker restarted at the same
+        address), and has its plan there. Callers bound the wait and fall back to
+        `endpoint`."""
         self._asked.add(task_number)  # (a task read whole moves once asked for)
         self._changed.notify()
-        while self.run(task_number).worker_url == failed and not self.released:
+        while not self.released:
+            run = self.run(task_number)
+            if run.worker_url != failed or run.key.attempt != attempt:
+                break
             await self._moved.wait()
         await self.ready(task_number)
         return self.endpoint(task_number, partition)

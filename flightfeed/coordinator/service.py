@@ -281,7 +281,12 @@ class CoordinatorService(FlightHandler):
         held = self._held.get(query_id)
         if held is None:
             raise NotFound(f"no query {query_id.hex()} is held here (released already?)")
-        if held.released:  # (its tasks are gone: no place to send a reader)
+        failure = held.runtime.failure
+        if failure is not None:  # (its tasks are gone: no place to send a reader)
+            raise NotFound(
+                f"the query ended in a failure, so nothing serves it: {failure}: run it again"
+            )
+        if held.released:
             raise NotFound(
                 f"query {query_id.hex()} is not held here: it was released (read to its end"
                 f" and not read again for {self.grace:g} s, not read for {self.ttl:g} s, or"
@@ -289,7 +294,12 @@ class CoordinatorService(FlightHandler):
             )
         number, partition = key.task_number, task.target_partition_start
         endpoint = held.endpoint(number, partition)
-        if endpoint.location == failed and await self.coordinator.health.serving(failed):
+        same_attempt = held.run(number).key.attempt == key.attempt  # (a new one may run there)
+        if (
+            same_attempt
+            and endpoint.location == failed
+            and await self.coordinator.health.serving(failed)
+        ):
             # Nothing will move: waiting would only delay the reader's failure.
             raise Unavailable(
                 f"the worker at {failed} serves this query's task {number} and answers this"
@@ -299,7 +309,7 @@ class CoordinatorService(FlightHandler):
                 " --max-connections?"
             )
         with anyio.move_on_after(RELOCATE_WAIT):
-            endpoint = await held.relocate(number, partition, failed)
+            endpoint = await held.relocate(number, partition, failed, key.attempt)
         return {"location": endpoint.location, "ticket": endpoint.ticket.hex()}
 
     def _forget_released(self) -> None:

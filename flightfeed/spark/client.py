@@ -288,8 +288,10 @@ def read_endpoint(
     shared_memory: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """The batches of one endpoint, read from the first of its locations that answers. When
-    none does and the endpoint is a `coordinator`'s held query, the coordinator is asked
-    where its task runs now (it moves a lost worker's tasks), and the read goes there. With
+    none does, or the one that answers no longer has its task (NOT_FOUND before any row: the
+    worker was paused or restarted meanwhile), and the endpoint is a `coordinator`'s held
+    query, the coordinator is asked where its task runs now (it moves a lost worker's tasks),
+    and the read goes there. With
     `shared_memory`, a worker on this host hands its batches over in shared memory
     (shared_read.py) instead of through the socket."""
     try:
@@ -308,9 +310,10 @@ def read_endpoint(
 
 
 class _Unreachable(Exception):
-    """No location of an endpoint answered (nothing was read)."""
+    """No location of an endpoint served it: none answered, or the last one that answered
+    did not have its task (nothing was read)."""
 
-    def __init__(self, error: RemoteError, failed: str) -> None:
+    def __init__(self, error: FlightfeedError, failed: str) -> None:
         super().__init__(str(error))
         self.error = error
         self.failed = failed
@@ -383,6 +386,8 @@ def _read_locations(
                     " partition again from its start",
                     grpc_status=error.grpc_status,
                 ) from None  # another location would repeat the rows already read
+            if fallback and not yielded and isinstance(error, NotFound):
+                raise _Unreachable(error, location) from None  # the task is not there (now)
             if yielded or not isinstance(error, RemoteError):
                 raise error from None
             errors.append(str(error))  # unreachable: try the next location

@@ -15,13 +15,14 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 from helpers.worker_process import worker_process
 
 from flightfeed.cluster import CoordinatorCluster, serve
 from flightfeed.coordinator import Catalog
 from flightfeed.coordinator.table_query import table_command
-from flightfeed.errors import RemoteError
+from flightfeed.errors import NotFound, RemoteError
 from flightfeed.plan import ExecutionPlan
 from flightfeed.spark import client
 from flightfeed.testing.feeds import (
@@ -73,6 +74,12 @@ def read(endpoint: client.Endpoint, coordinator: str) -> pa.Table:
     return pa.Table.from_batches(list(client.read_endpoint(endpoint, {}, coordinator=coordinator)))
 
 
+def read_plainly(endpoint: client.Endpoint) -> pa.Table:
+    """pyarrow's own Flight client, which knows nothing of `relocate`."""
+    with flight.connect(endpoint.locations[0]) as plain:
+        return plain.do_get(flight.Ticket(endpoint.ticket)).read_all()
+
+
 def expected() -> list[bytes]:
     return sorted(f"{p}:{i}".encode() for p in range(PARTITIONS) for i in range(UNITS))
 
@@ -92,6 +99,87 @@ async def test_a_killed_workers_endpoints_are_read_where_its_tasks_moved() -> No
         assert moved
         assert all(victim in f for f in moved)
         assert all(run.worker_url != victim for run in held.runtime.tasks.values())
+
+
+async def test_a_query_started_after_a_worker_died_is_handed_out_where_its_tasks_run() -> None:
+    """Workers killed while idle (their channels still pooled, so the coordinator took them for
+    reachable): the next query's tasks placed there could not open, and moved to the live
+    worker before GetFlightInfo answered, but the answer named the dead workers (where the
+    tasks were first placed), so a client that knows no `relocate` could not read them."""
+    async with cluster_of_three() as (cluster, processes):
+        query_id, endpoints = await in_thread(
+            client.get_endpoints, cluster.location, table_command("units", []), {}
+        )
+        first = cluster.service.held[query_id]
+        for endpoint in endpoints:
+            await in_thread(read_plainly, endpoint)
+        with anyio.fail_after(30):
+            await first.runtime.finished.wait()  # released: its workers are idle
+        dead = {e.locations[0] for e in endpoints}
+        assert all(cluster.coordinator.channels.is_open(url) for url in dead)
+        (alive,) = set(processes) - dead
+        for url in dead:
+            processes[url].kill()
+            await in_thread(processes[url].wait)
+        query_id, endpoints = await in_thread(
+            client.get_endpoints, cluster.location, table_command("units", []), {}
+        )
+        assert {e.locations for e in endpoints} == {(alive,)}
+        parts = [await in_thread(read_plainly, e) for e in endpoints]
+        moved = cluster.service.held[query_id].runtime.metrics.failed_attempts
+        assert [f for f in moved if "moved to" in f]  # (the case this is about)
+    rows = pa.concat_tables(parts)
+    assert sorted(rows.column("body").to_pylist()) == expected()
+
+
+async def test_a_worker_paused_until_its_task_moved_sends_its_reader_to_the_new_place() -> None:
+    """SIGSTOP long enough for the coordinator to move the worker's task, then SIGCONT: the
+    worker answers again, NOT_FOUND for the task it no longer has. The reader (and every
+    retry of a Spark task) failed there, since it asked `relocate` only when no worker
+    answered at all."""
+    async with cluster_of_three() as (cluster, processes):
+        query_id, endpoints = await in_thread(
+            client.get_endpoints, cluster.location, table_command("units", []), {}
+        )
+        held = cluster.service.held[query_id]
+        paused = endpoints[0].locations[0]
+        task = held.endpoints[0].task_number
+        processes[paused].send_signal(signal.SIGSTOP)
+        try:
+            with anyio.fail_after(60):  # found lost (no answer to keepalives), and moved
+                await held.relocate(task, 0, paused, attempt=0)
+        finally:
+            processes[paused].send_signal(signal.SIGCONT)
+        assert held.run(task).worker_url != paused
+        parts = [await in_thread(read, e, cluster.location) for e in endpoints]
+    rows = pa.concat_tables(parts)
+    assert sorted(rows.column("body").to_pylist()) == expected()
+
+
+async def test_relocate_names_the_failure_of_a_query_that_could_not_move() -> None:
+    """Its only worker killed, the query failed; relocate said it "was released (read to its
+    end ...)", none of which happened, and not why it ended."""
+    with ExitStack() as stack:
+        proc, url = await anyio.to_thread.run_sync(
+            stack.enter_context, worker_process(*SESSION_BUILDER)
+        )
+        async with serve(catalog(), workers=[url]) as cluster:
+            query_id, endpoints = await in_thread(
+                client.get_endpoints, cluster.location, table_command("units", []), {}
+            )
+            held = cluster.service.held[query_id]
+            proc.kill()
+            with anyio.fail_after(30):
+                await held.runtime.finished.wait()
+            with pytest.raises(NotFound) as info:
+                await in_thread(client.relocate, cluster.location, endpoints[0], url, {})
+            with pytest.raises(NotFound) as read_info:  # what a Spark task gets
+                await in_thread(read, endpoints[0], cluster.location)
+    message = str(info.value)
+    assert "the query ended in a failure" in message
+    assert "no other worker could take task" in message
+    assert "released" not in message
+    assert "the query ended in a failure" in str(read_info.value)
 
 
 async def test_a_read_cut_off_midway_is_read_again_whole_where_the_task_moved() -> None:
