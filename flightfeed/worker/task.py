@@ -17,7 +17,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._generated.flightfeed.v1 import ExecuteTaskRequest, Metric, MetricsSet, NamedTime
-from ..errors import Cancelled, ErrorOrigin, FlightfeedError, InvalidArgument
+from ..errors import Cancelled, Conflict, ErrorOrigin, FlightfeedError, InvalidArgument
 from ..plan.base import ExecutionPlan, TaskContext, embedded_bytes
 from ..plan.memory import TaskMemory
 from ..plan.metrics import MetricsRegistry, instrument
@@ -135,13 +135,14 @@ class Task:
                 f"with {self.outputs.partitions} output partitions"
             )
         taken = self._claimed.intersection(range(start, end))
+        # A valid request the task's state refuses (FAILED_PRECONDITION), not a malformed one.
         if taken and self.replayable:
-            raise InvalidArgument(
+            raise Conflict(
                 f"partitions {sorted(taken)} of task {self.key} are being read: a concurrent"
                 " second read is not supported (read them again once the first read ended)"
             )
         if taken:
-            raise InvalidArgument(
+            raise Conflict(
                 f"partitions {sorted(taken)} of task {self.key} were already requested"
             )
         self._claimed.update(range(start, end))

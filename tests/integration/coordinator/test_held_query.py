@@ -174,7 +174,7 @@ async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:
             first.read_chunk()
             try:
                 client.do_get(fl.Ticket(endpoint.ticket)).read_all()
-            except pa.ArrowException as exc:  # INVALID_ARGUMENT: pyarrow's ArrowInvalid
+            except pa.ArrowException as exc:  # FAILED_PRECONDITION: pyarrow's ArrowInvalid
                 return str(exc)
         return "no error"
 
@@ -184,6 +184,7 @@ async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:
         message = await anyio.to_thread.run_sync(two_readers, endpoint)
         held.release()
     assert "are being read: a concurrent second read is not supported" in message
+    assert "precondition failed" in message  # a valid request the task's state refuses
 
 
 async def test_closing_the_coordinator_ends_its_held_queries_as_their_grace_would(

@@ -33,6 +33,7 @@ from flightfeed._generated.flightfeed.v1 import (
 )
 from flightfeed.errors import (
     Cancelled,
+    Conflict,
     ExecutionError,
     FlightfeedError,
     InvalidArgument,
@@ -381,7 +382,7 @@ async def test_partitions_cannot_be_claimed_twice() -> None:
         key = new_key()
         async with client.open_task(set_plan(scan(2), key)) as channel:
             await read(client, none_request(key, 0, 1))
-            with pytest.raises(InvalidArgument, match="already requested"):
+            with pytest.raises(Conflict, match="already requested"):  # FAILED_PRECONDITION
                 await read(client, none_request(key, 0, 1))
             await read(client, none_request(key, 1, 2))
             await channel.wait_metrics()
