@@ -90,6 +90,8 @@ DESCRIPTION: Final = (
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 INTERRUPTED: Final = 128 + signal.SIGINT
 """The exit status after Ctrl-C, as shells report a process that SIGINT ended."""
+PIPE_CLOSED: Final = 128 + signal.SIGPIPE
+"""The exit status once stdout's reader left, as shells report a process that SIGPIPE ended."""
 
 
 def worker_config(args: argparse.Namespace) -> WorkerConfig:
@@ -609,6 +611,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: what was running was cancelled, nothing went wrong
         print("flightfeed: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:  # stdout's reader left (`| head`): stop as a Unix tool would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush)
+        return PIPE_CLOSED
     except BaseException as exc:
         errors = user_errors(exc)
         if errors is None:

@@ -478,3 +478,20 @@ def test_as_processes(worker: str, tmp_path: Path) -> None:
         f"flightfeed: error: describe flightfeed.public.no_such_table on {worker}:"
         " no table 'flightfeed.public.no_such_table'\n"
     )
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(worker: str) -> None:
+    """`flightfeed tables describe ... --json | head`: a BrokenPipeError traceback, exit 1.
+    As a Unix tool, it stops with the status a SIGPIPE gives (141) and says nothing."""
+    env = {**os.environ, "PYTHONPATH": TESTS_DIR}
+    command = [sys.executable, "-m", "flightfeed.cli", "tables", "list", "--worker", worker]
+    command += ["--json"]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()  # before it prints: its first write finds no reader
+        err = proc.stderr.read()
+        code = proc.wait(timeout=60)
+    assert (code, err) == (141, "")
