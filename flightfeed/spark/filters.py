@@ -8,11 +8,14 @@ Anything else (a nested column, a literal of the wrong type) stays with Spark, w
 filters those rows itself. So do comparisons and IN on floating-point columns: Spark orders
 NaN above every number and has NaN = NaN, and its IN has -0.0 = 0.0, where Arrow follows
 IEEE 754 and hashes the bits; only IS (NOT) NULL is pushed for them. A decimal literal of 28
-significant digits or more stays too: PySpark may have rounded it on its way here.
+significant digits or more stays too: PySpark may have rounded it on its way here. So does a
+date or timestamp literal at Spark's calendar switch: PySpark hands the ten days before
+1582-10-15 over as that day.
 """
 
 from __future__ import annotations
 
+import datetime
 from decimal import Decimal
 from typing import Any, Final
 
@@ -36,6 +39,11 @@ _STRING_TESTS: dict[str, str] = {
 ROUNDED_DECIMAL_DIGITS: Final = 28
 """PySpark hands a filter's decimal literal over in Python's default 28-digit context: one of
 that many significant digits may be a longer one rounded, and is not pushed."""
+CALENDAR_SWITCH: Final = datetime.date(1582, 10, 15)
+"""Spark's first Gregorian day. PySpark turns a literal of the ten days before it (1582-10-05
+to 14, which its Julian conversion never had) into this day: `dt = DATE '1582-10-10'` arrived
+as 1582-10-15 and the pushed filter kept that day's rows. A date literal of this day, or a
+timestamp literal within a day of it (a time zone away), may be another day: not pushed."""
 _NEGATABLE = frozenset({*_COMPARISONS, *_STRING_TESTS, "IsNull", "IsNotNull"})
 """Filters whose NOT means the same in Arrow as in SQL (NULL in, NULL or a definite answer out)."""
 
@@ -132,10 +140,19 @@ def _scalar(value: Any, type_: pa.DataType) -> pa.Scalar | None:
         return None
     if isinstance(value, Decimal) and len(value.as_tuple().digits) >= ROUNDED_DECIMAL_DIGITS:
         return None  # perhaps rounded on its way from Spark: Spark compares the exact value
+    if _at_calendar_switch(value):
+        return None  # perhaps another day on its way from Spark (CALENDAR_SWITCH)
     try:
         return pa.scalar(value).cast(type_)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         return None
+
+
+def _at_calendar_switch(value: Any) -> bool:
+    if isinstance(value, datetime.datetime):  # (a date too: tested first)
+        day = (value.astimezone(datetime.UTC) if value.tzinfo else value).date()
+        return abs((day - CALENDAR_SWITCH).days) <= 1
+    return isinstance(value, datetime.date) and value == CALENDAR_SWITCH
 
 
 def _is_in(column: Expr, field: pa.Field, values: Any) -> Expr | None:

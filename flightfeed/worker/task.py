@@ -142,9 +142,7 @@ class Task:
                 " second read is not supported (read them again once the first read ended)"
             )
         if taken:
-            raise Conflict(
-                f"partitions {sorted(taken)} of task {self.key} were already requested"
-            )
+            raise Conflict(f"partitions {sorted(taken)} of task {self.key} were already requested")
         self._claimed.update(range(start, end))
         self.last_activity = time.monotonic()
         if self.replayable:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import ClassVar
@@ -126,6 +127,21 @@ def spark_test_catalog() -> Catalog:
     def odd_types() -> ExecutionPlan:
         """ODD_TYPES, in one partition."""
         return MemoryScan.from_table(ODD_TYPES, 1)
+
+    @found.table("calendar_switch")
+    def calendar_switch() -> ExecutionPlan:
+        """Days around Spark's switch to the Gregorian calendar (1582-10-15), as dates and as
+        timestamps at midnight UTC."""
+        days = [datetime.date(1582, 10, day) for day in (4, 10, 15)]
+        at = [datetime.datetime.combine(d, datetime.time(), datetime.UTC) for d in days]
+        table = pa.table(
+            {
+                "id": pa.array(range(3), pa.int64()),
+                "d": pa.array(days, pa.date32()),
+                "t": pa.array(at, pa.timestamp("us", tz="UTC")),
+            }
+        )
+        return MemoryScan.from_table(table, 1)
 
     @found.table("intervals")
     def intervals() -> ExecutionPlan:

@@ -176,6 +176,20 @@ def test_columns_spark_cannot_hold_are_read_widened(
         assert [r.text for r in df.filter(f"u64 = {2**64 - 1}").collect()] == ["a"]
 
 
+def test_a_pushed_filter_on_a_day_spark_moves_at_its_calendar_switch_stays_with_spark(
+    spark: Any, service: CoordinatorCluster, spark_keeps_pushed_reads_apart: bool
+) -> None:
+    """PySpark hands the literal 1582-10-10 to the source as 1582-10-15: pushed, `d = DATE
+    '1582-10-10'` kept 10-15's row and `d < DATE '1582-10-10'` kept 10-10's (found by a
+    probe against DuckDB and the same read without pushdown)."""
+    with filters_pushed(spark, spark_keeps_pushed_reads_apart):
+        df = read(spark, service, "calendar_switch")
+        assert rows(df.filter("d = DATE '1582-10-10'").select("id")) == [(1,)]
+        assert rows(df.filter("d < DATE '1582-10-10'").select("id")) == [(0,)]
+        assert rows(df.filter("t = TIMESTAMP '1582-10-10 00:00:00Z'").select("id")) == [(1,)]
+        assert rows(df.filter("d >= DATE '1582-10-15'").select("id")) == [(2,)]
+
+
 def test_a_column_spark_cannot_read_is_named_when_the_dataframe_is_defined(
     spark: Any, service: CoordinatorCluster
 ) -> None:

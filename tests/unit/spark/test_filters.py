@@ -437,3 +437,31 @@ def test_a_pushed_filter_on_nanoseconds_sees_them_as_spark_reads_them(
     mask = evaluate(decode_expr(encode_expr(expr)), batch, BUILTINS)
     as_spark_reads = pa.record_batch({"rid": batch.column("rid"), "c": _cast(NANOS, seen_as)})
     assert batch.filter(mask).column("rid").to_pylist() == sql_rows(as_spark_reads, [spark_filter])
+
+
+@pytest.mark.parametrize(
+    ("column", "gap_day_as_pyspark_gives_it", "next_day"),
+    [
+        (pa.date32(), datetime.date(1582, 10, 15), datetime.date(1582, 10, 16)),
+        (
+            pa.timestamp("us", tz="UTC"),
+            datetime.datetime(1582, 10, 15, tzinfo=datetime.UTC),
+            datetime.datetime(1582, 10, 17, tzinfo=datetime.UTC),
+        ),
+    ],
+    ids=["date", "timestamp"],
+)
+def test_a_literal_pyspark_may_have_moved_across_the_calendar_switch_stays_with_spark(
+    column: pa.DataType, gap_day_as_pyspark_gives_it: Any, next_day: Any
+) -> None:
+    """`dt = DATE '1582-10-10'` reached the source as 1582-10-15 (PySpark's Julian conversion
+    has no 1582-10-05..14), and the pushed filter kept 10-15's rows instead of 10-10's."""
+    schema = pa.schema([pa.field("c", column)])
+    for spark_filter in (
+        EqualTo(("c",), gap_day_as_pyspark_gives_it),
+        LessThan(("c",), gap_day_as_pyspark_gives_it),
+        Not(EqualTo(("c",), gap_day_as_pyspark_gives_it)),
+        In(("c",), (gap_day_as_pyspark_gives_it, next_day)),
+    ):
+        assert to_expr(spark_filter, schema) is None, spark_filter
+    assert to_expr(EqualTo(("c",), next_day), schema) is not None  # others are pushed
