@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Final
 
 import anyio
 import betterproto2
@@ -157,6 +158,8 @@ async def _open_task(
 
 # -- run --------------------------------------------------------------------------------------
 
+CHANNEL_CLOSED: Final = "coordinator channel closed"
+
 
 async def run_task(
     state: WorkerState,
@@ -207,10 +210,11 @@ async def run_task(
             if task.cancel_reason is None:
                 await send(report(task, inbox))
         finally:
-            if inbox is not None:
-                inbox.fail(Cancelled(f"task {task.key} ended"))
+            if inbox is not None:  # (its readers learn why: "ended" alone left them guessing)
+                ending = _outcome(task, unless_done=CHANNEL_CLOSED)
+                inbox.fail(Cancelled(f"task {task.key} ended ({ending})"))
             if not task.done.is_set():
-                task.cancel("coordinator channel closed")
+                task.cancel(CHANNEL_CLOSED)
             state.registry.remove(task, _outcome(task))
             tg.cancel_scope.cancel()
             task.ctx.memory.close()
@@ -292,8 +296,13 @@ def report(task: Task, inbox: FeedInbox | None) -> EncodedTaskMetrics:
     return EncodedTaskMetrics(encoded)
 
 
-def _outcome(task: Task) -> str:
-    """How the task ended, as its tombstone tells late requests."""
-    if task.cancel_reason is None:
-        return "finished"
-    return f"cancelled: {task.cancel_reason}"
+def _outcome(task: Task, unless_done: str | None = None) -> str:
+    """How the task ended, as its tombstone tells late requests (`unless_done`: the reason it
+    is about to be cancelled for, if it has not ended yet)."""
+    if task.cancel_reason is not None:
+        return f"cancelled: {task.cancel_reason}"
+    if unless_done is not None and not task.done.is_set():
+        return f"cancelled: {unless_done}"
+    if task.replayable:  # (a held query's task ends only so)
+        return "released by its coordinator"
+    return "finished"

@@ -165,6 +165,42 @@ async def test_a_query_being_read_outlives_its_ttl_until_the_read_ends() -> None
         assert held.released
 
 
+async def test_a_reader_cut_off_by_a_release_is_told_so() -> None:
+    """Released mid-read, the reader got "work-unit feed channel failed: task ... ended", as for
+    any other end (a lost coordinator, too); a DoGet a moment later named the cause."""
+    provider = LiveProvider(1)
+    provider.push(0, b"first")
+    first_batch = anyio.Event()
+
+    def read_until_cut_off(endpoint: Endpoint) -> str:
+        with fl.connect(endpoint.location) as client:
+            reader = client.do_get(fl.Ticket(endpoint.ticket))
+            reader.read_chunk()
+            anyio.from_thread.run_sync(first_batch.set)
+            try:
+                reader.read_all()
+            except fl.FlightError as exc:
+                return str(exc)
+        return "read to its end"
+
+    async with cluster(tasks=1) as (coordinator, workers):
+        held = await coordinator.hold(unit_scan(provider))
+        (endpoint,) = held.endpoints
+        said: list[str] = []
+
+        async def reader() -> None:
+            said.append(await anyio.to_thread.run_sync(read_until_cut_off, endpoint))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            with anyio.fail_after(10):
+                await first_batch.wait()
+            held.release()
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(workers)
+    assert "ended (released by its coordinator)" in said[0]
+
+
 async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:
     provider = UnitProvider([100_000])  # long enough to still be read when the second comes
 
