@@ -7,8 +7,14 @@ before, both of those tables were listed as a.b.c, and `drop a.b.c` dropped the 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from .errors import InvalidArgument
+
+TABLE_ID_METADATA: Final = b"flightfeed.table_id"
+"""The schema metadata key under which a worker's GetSchema of a table gives the table's id: a
+table dropped and created again under the same name has another, and a Spark write that
+learned one refuses to publish into the other."""
 
 
 def split_name(text: str) -> list[str]:

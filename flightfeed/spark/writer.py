@@ -44,9 +44,11 @@ into an integer column, a number into a string one or a string into a number one
 and so is a TIMESTAMP_NTZ into a timestamp column (a wall-clock time: cast it to TIMESTAMP in
 Spark, which applies the session time zone).
 
-A job's tasks learn from the worker which table they staged into, and the commit names it: a
-job across a drop and re-creation of its table publishes nothing (`Conflict`), rather than
-whatever it staged into the new table.
+The driver learns the table's id when Spark creates the writer (GetSchema names it), each task
+learns from the worker which table it staged into, and the commit names the table: a batch job
+across a drop and re-creation of its table publishes nothing (`Conflict`), whenever its tasks
+wrote, rather than whatever it staged into the new table. (A streaming query's micro-batches
+each check only that their own tasks staged into one table: a query outlives its table.)
 
 Every error names the table and the worker.
 """
@@ -77,6 +79,7 @@ from .._generated.flightfeed.v1 import (
     StagedWrite,
 )
 from ..errors import Conflict, FlightfeedError, InvalidArgument, RemoteError
+from ..table_names import TABLE_ID_METADATA
 from ..value_kinds import convert, converts
 from . import client
 from .python_worker import settle_python_worker
@@ -149,6 +152,9 @@ class TableTarget:
     timeout: float
     connection: client.Connection = client.PLAIN
     """The token and TLS files every call uses."""
+    table_id: int | None = None
+    """The table's id when the writer was made (None from a worker that does not say): a job
+    publishes into that table or nothing."""
 
     def __repr__(self) -> str:
         return redacted_repr(self)  # without the token
@@ -180,7 +186,7 @@ class TableTarget:
             )
         except FlightfeedError as exc:
             raise target.error(exc) from None
-        return replace(target, schema=target.columns(arrow, schema))
+        return replace(target, schema=target.columns(arrow, schema), table_id=_id_of(arrow))
 
     @property
     def where(self) -> str:
@@ -381,13 +387,28 @@ def _attempts(messages: Sequence[WriterCommitMessage | None], job: str) -> list[
     return sorted(attempts.items())
 
 
-def _table_id(messages: Sequence[WriterCommitMessage | None], job: str, where: str) -> int | None:
-    """The one table the tasks of `job` staged into (None if none sent rows)."""
+def _id_of(table: pa.Schema) -> int | None:
+    """The table id a worker's GetSchema names (TABLE_ID_METADATA), if it does."""
+    found = (table.metadata or {}).get(TABLE_ID_METADATA)
+    return int(found) if found is not None and found.isdigit() else None
+
+
+def _table_id(
+    messages: Sequence[WriterCommitMessage | None],
+    job: str,
+    where: str,
+    planned: int | None = None,
+) -> int | None:
+    """The one table the tasks of `job` staged into, which must be the one the writer was
+    made for (`planned`, if known); `planned` if no task sent rows."""
     ids = {m.table_id for m in _ours(messages) if m is not None and m.table_id is not None}
+    if planned is not None:
+        ids.add(planned)
     if len(ids) > 1:
         raise Conflict(
             f"writing {where}: the table was dropped and created again while job {job} wrote"
-            " to it (its tasks staged rows into different tables): nothing was published"
+            " to it (its rows went into another table than the one it began with): nothing"
+            " was published"
         )
     return next(iter(ids), None)
 
@@ -422,7 +443,7 @@ class FlightfeedTableWriter(DataSourceArrowWriter):
             self.job,
             _attempts(messages, self.job),
             self.overwrite,
-            _table_id(messages, self.job, self.target.where),
+            _table_id(messages, self.job, self.target.where, self.target.table_id),
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -49,6 +49,7 @@ from ..flight.streams import FlightDataReader, FlightDataWriter
 from ..messages import parse_strict
 from ..plan.base import closing
 from ..plan.expr_proto import expr_from_proto
+from ..table_names import TABLE_ID_METADATA
 from .engine import TableEngine, TableRead
 from .predicate import split_predicates
 from .schema import TableSchema
@@ -199,8 +200,12 @@ class TableFlight:
         self.location = location
 
     def schema(self, descriptor: FlightDescriptor) -> pa.Schema:
+        """The read's schema, naming the table's id in its metadata (TABLE_ID_METADATA)."""
         command = parse_command(descriptor)
-        return self.engine().read_schema(command.read)
+        engine = self.engine()
+        schema = engine.read_schema(command.read)
+        table_id = str(engine.entry(command.read.name).id).encode()
+        return schema.with_metadata({**(schema.metadata or {}), TABLE_ID_METADATA: table_id})
 
     async def flight_info(self, descriptor: FlightDescriptor, *, holder: str = "") -> FlightInfo:
         """The read's endpoints; planned in several, a snapshot held for `holder` (the

@@ -496,6 +496,37 @@ def test_a_job_across_a_drop_and_create_of_its_table_publishes_nothing(
     assert count_rows(table_worker, table) == 0
 
 
+def test_a_job_whose_table_is_created_again_before_its_tasks_write_publishes_nothing(
+    table_worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, only the tasks' own staging was compared: a job whose every task began after the
+    re-creation wrote into the new table (and an empty overwrite emptied it), though the README
+    said a job across a drop and re-creation publishes nothing (found by a probe)."""
+    monkeypatch.setattr(writer_module, "TaskContext", FakeTask)
+    table = create_table(table_worker)
+    options = {"uri": table_worker.location, "table": table}
+    writer = FlightfeedTableWriter.create(options, from_arrow_schema(SCHEMA), overwrite=False)
+    assert writer.target.table_id is not None  # learned when Spark made the writer
+    recreate_table(table_worker, table)
+    FakeTask.current = FakeTask(0, 1, 0)
+    staged = writer.write(iter(rows(0, 30).to_batches()))
+    with pytest.raises(Conflict, match="dropped and created again while job spark-"):
+        writer.commit([staged])
+    writer.abort([staged])
+    assert (count_rows(table_worker, table), staged_rows(table_worker, table)) == (0, 0)
+
+    # An overwrite with no rows at all, across a re-creation: the new table keeps its rows.
+    writer = FlightfeedTableWriter.create(options, from_arrow_schema(SCHEMA), overwrite=True)
+    recreate_table(table_worker, table)
+    kept = FlightfeedTableWriter.create(options, from_arrow_schema(SCHEMA), overwrite=False)
+    kept.commit([kept.write(iter(rows(0, 5).to_batches()))])
+    FakeTask.current = FakeTask(0, 2, 0)
+    empty = writer.write(iter([]))
+    with pytest.raises(Conflict, match="dropped and created again"):
+        writer.commit([empty])
+    assert count_rows(table_worker, table) == 5
+
+
 def test_a_write_into_a_missing_table_names_it_and_the_worker(
     spark: Any, table_worker: Worker
 ) -> None:
