@@ -291,9 +291,8 @@ def read_endpoint(
     none does, or the one that answers no longer has its task (NOT_FOUND before any row: the
     worker was paused or restarted meanwhile), and the endpoint is a `coordinator`'s held
     query, the coordinator is asked where its task runs now (it moves a lost worker's tasks),
-    and the read goes there. With
-    `shared_memory`, a worker on this host hands its batches over in shared memory
-    (shared_read.py) instead of through the socket."""
+    and the read goes there. With `shared_memory`, a worker on this host hands its batches
+    over in shared memory (shared_read.py) instead of through the socket."""
     try:
         yield from _read_locations(
             endpoint, headers, timeout, connection, shared_memory=shared_memory
