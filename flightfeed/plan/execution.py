@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -68,9 +69,29 @@ async def collect(plan: ExecutionPlan, ctx: TaskContext) -> pa.Table:
     The partitions are read concurrently (merge): a fanned-out node (Repartition) blocks on
     the full buffer of an unread output, so reading one partition after the other could hang.
     """
+    plan = unshared(plan)
     parts: list[list[pa.RecordBatch]] = [[] for _ in range(plan.output_partitions)]
     sources = {partition: plan.execute(partition, ctx) for partition in range(len(parts))}
     async with closing(merge(sources)) as stream:
         async for partition, batch in stream:
             parts[partition].append(batch)
     return pa.Table.from_batches([b for part in parts for b in part], schema=plan.schema)
+
+
+def unshared(plan: ExecutionPlan) -> ExecutionPlan:
+    """`plan` with a node of its own for each use of a node it holds more than once (a builder
+    used twice: `g.union(g)`), as the distributed planner plans it once per use; the plan
+    itself when it shares none. A node keeps its run's state per task (`node_state`), so a
+    second use of a shared Repartition opened the first's outputs again ("output 0 was
+    already opened")."""
+    seen: set[int] = set()
+
+    def visit(node: ExecutionPlan) -> ExecutionPlan:
+        children = [visit(child) for child in node.children]
+        again = id(node) in seen
+        seen.add(id(node))
+        if any(new is not old for new, old in zip(children, node.children, strict=True)):
+            return node.with_children(children)
+        return copy.copy(node) if again else node
+
+    return visit(plan)

@@ -189,3 +189,19 @@ def test_count_distinct_mixed_with_other_aggregates_is_refused() -> None:
         )
     with pytest.raises(InvalidArgument, match="takes one argument, got 2"):
         source.aggregate(["cust"], [agg("count_distinct", col("price"), col("o_id"), name="n")])
+
+
+@PARTITIONS
+def test_a_builder_used_twice_runs_once_per_use_in_one_process(partitions: int) -> None:
+    """`g.union(g)` and a self-join of an aggregate failed in one process ("Repartition:
+    output 0 was already opened": both uses opened the one shared node's outputs), where a
+    Coordinator plans it once per use (found by a probe)."""
+    per_customer = from_table(ORDERS, partitions).aggregate(["cust"], [agg("count", name="n")])
+    both = per_customer.union(per_customer)
+    sql = "SELECT cust, count(*) AS n FROM orders GROUP BY cust"
+    assert sorted_rows(answer(both)) == sorted_rows(duck(f"{sql} UNION ALL {sql}"))
+    renamed = per_customer.select((col("cust"), "c2"), (col("n"), "n2"))
+    joined = per_customer.join(renamed, [("cust", "c2")], "inner", strategy="shuffle")
+    pairs = f"FROM ({sql}) a JOIN ({sql}) b ON a.cust = b.cust"
+    want = duck(f"SELECT a.cust, a.n, b.cust AS c2, b.n AS n2 {pairs}")
+    assert sorted_rows(answer(joined)) == sorted_rows(want)
