@@ -56,7 +56,7 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,7 +73,7 @@ from pyspark.sql.types import StructType
 
 from .._generated.flightfeed.v1 import TableCommand, TableRef
 from ..coordinator.table_query import table_command
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, NotFound
 from ..flight.auth import AUTHORIZATION
 from ..flight.client import parse_location
 from ..flight.request_headers import call_headers
@@ -460,8 +460,20 @@ def read_partition(
         coordinator=None if table.is_table else table.uri,  # it moves a lost worker's tasks
         shared_memory=table.shared_memory,
     )
-    for batch in batches:
-        yield conform(batch, target)
+    try:
+        for batch in batches:
+            yield conform(batch, target)
+    except NotFound as exc:  # what the DataFrame's planned read held is gone
+        raise NotFound(f"{exc.message}. {PLANNED_ONCE}") from None
+
+
+PLANNED_ONCE: Final = (
+    "Spark plans a DataFrame's read once and reads that plan again in every later query of the"
+    " DataFrame (or view); a query's results are held for a minute after they were read, a"
+    " table read's snapshot until its endpoints were read: define the DataFrame (or the view)"
+    " again to read anew"
+)
+"""Why a later query of a DataFrame can find its planned read gone (README: From PySpark)."""
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
