@@ -4,8 +4,9 @@ workers by pyarrow's C++ Flight client, re-readable with the same rows, then rel
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import anyio
 import anyio.from_thread
@@ -27,6 +28,7 @@ from flightfeed.testing.feeds import (
 from flightfeed.worker import Worker
 
 pytestmark = pytest.mark.anyio
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -127,34 +129,54 @@ async def test_an_unread_query_is_released_after_its_ttl() -> None:
         assert held.runtime.metrics.status == "finished"
 
 
+@asynccontextmanager
+async def reading_past_its_first_batch(
+    endpoint: Endpoint, rest: Callable[[pa.RecordBatch, fl.FlightStreamReader], T]
+) -> AsyncIterator[list[T]]:
+    """A reader of `endpoint` in a thread, past its first batch when the block starts; once
+    the block ends, the reader ended too, and the list holds what `rest` made of the read."""
+    first_batch = anyio.Event()
+    made: list[T] = []
+
+    def read() -> T:
+        with fl.connect(endpoint.location) as client:
+            reader = client.do_get(fl.Ticket(endpoint.ticket))
+            first = reader.read_chunk().data
+            anyio.from_thread.run_sync(first_batch.set)
+            return rest(first, reader)
+
+    async def reader() -> None:
+        made.append(await anyio.to_thread.run_sync(read))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        with anyio.fail_after(10):
+            await first_batch.wait()
+        yield made
+
+
+def read_to_its_end(first: pa.RecordBatch, reader: fl.FlightStreamReader) -> pa.Table:
+    return pa.Table.from_batches([first, *(chunk.data for chunk in reader)])
+
+
+def how_it_ended(first: pa.RecordBatch, reader: fl.FlightStreamReader) -> str:
+    try:
+        reader.read_all()
+    except fl.FlightError as exc:
+        return str(exc)
+    return "read to its end"
+
+
 async def test_a_query_being_read_outlives_its_ttl_until_the_read_ends() -> None:
     """A reader of a slow feed (an API paging for minutes) was cut off once the query had gone
     `ttl` seconds without a partition read to its end: "work-unit feed channel failed: task
     ... ended". The worker now tells the coordinator how many partitions are being read."""
     provider = LiveProvider(1)
     provider.push(0, b"first")
-    first_batch = anyio.Event()
-
-    def read_slowly(endpoint: Endpoint) -> pa.Table:
-        with fl.connect(endpoint.location) as client:
-            reader = client.do_get(fl.Ticket(endpoint.ticket))
-            batches = [reader.read_chunk().data]
-            anyio.from_thread.run_sync(first_batch.set)
-            batches.extend(chunk.data for chunk in reader)
-        return pa.Table.from_batches(batches)
-
     async with cluster(tasks=1) as (coordinator, workers):
         held = await coordinator.hold(unit_scan(provider), ttl=0.2, grace=0.01)
         (endpoint,) = held.endpoints
-        read_back: list[pa.Table] = []
-
-        async def reader() -> None:
-            read_back.append(await anyio.to_thread.run_sync(read_slowly, endpoint))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
-            with anyio.fail_after(10):
-                await first_batch.wait()
+        async with reading_past_its_first_batch(endpoint, read_to_its_end) as read_back:
             await anyio.sleep(1.0)  # five TTLs with a read open and nothing read to its end
             assert not held.released
             provider.push(0, b"second")
@@ -170,31 +192,10 @@ async def test_a_reader_cut_off_by_a_release_is_told_so() -> None:
     any other end (a lost coordinator, too); a DoGet a moment later named the cause."""
     provider = LiveProvider(1)
     provider.push(0, b"first")
-    first_batch = anyio.Event()
-
-    def read_until_cut_off(endpoint: Endpoint) -> str:
-        with fl.connect(endpoint.location) as client:
-            reader = client.do_get(fl.Ticket(endpoint.ticket))
-            reader.read_chunk()
-            anyio.from_thread.run_sync(first_batch.set)
-            try:
-                reader.read_all()
-            except fl.FlightError as exc:
-                return str(exc)
-        return "read to its end"
-
     async with cluster(tasks=1) as (coordinator, workers):
         held = await coordinator.hold(unit_scan(provider))
         (endpoint,) = held.endpoints
-        said: list[str] = []
-
-        async def reader() -> None:
-            said.append(await anyio.to_thread.run_sync(read_until_cut_off, endpoint))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
-            with anyio.fail_after(10):
-                await first_batch.wait()
+        async with reading_past_its_first_batch(endpoint, how_it_ended) as said:
             held.release()
         with anyio.fail_after(10):
             await wait_for_no_tasks(workers)
