@@ -26,6 +26,18 @@ from ..errors import DataError
 _DECIMAL128_DIGITS: Final = 38
 _WIDE_INTEGER: Final = pa.decimal128(_DECIMAL128_DIGITS, 0)
 """Holds any sum of fewer than 10^19 int64 or uint64 values exactly."""
+_INT64_MAX: Final = (1 << 63) - 1
+_UINT64_MAX: Final = (1 << 64) - 1
+_INTEGERS: Final = {
+    kind.id: (1 << kind.bit_width, _INT64_MAX if signed else _UINT64_MAX, sum_type)
+    for kinds, signed, sum_type in (
+        ((pa.int8(), pa.int16(), pa.int32(), pa.int64()), True, pa.int64()),
+        ((pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()), False, pa.uint64()),
+    )
+    for kind in kinds
+}
+"""Integer type id -> (a bound on its values' magnitude, the largest sum, the sum's type): a
+dictionary lookup, as the check runs on every partial aggregate's batch."""
 
 
 @dataclass(frozen=True)
@@ -43,14 +55,14 @@ def widen_for_sum(column: pa.ChunkedArray | pa.Array) -> Widened | None:
     rows = len(column) - column.null_count
     if rows < 2:
         return None
-    if pt.is_integer(type_):
-        signed = pt.is_signed_integer(type_)
-        limit = (1 << 63) - 1 if signed else (1 << 64) - 1
-        if (1 << type_.bit_width) * rows <= limit:  # the type's range bounds it (int32 ...)
+    integer = _INTEGERS.get(type_.id)
+    if integer is not None:
+        bound, limit, sum_type = integer
+        if bound * rows <= limit:  # the type's range bounds it (int32 ...)
             return None
         if _largest_magnitude(column) * rows <= limit:
             return None
-        return Widened(column.cast(_WIDE_INTEGER), pa.int64() if signed else pa.uint64())
+        return Widened(column.cast(_WIDE_INTEGER), sum_type)
     if pt.is_decimal128(type_):
         scale = type_.scale
         row_digits = len(str(rows))  # rows < 10^row_digits
