@@ -11,7 +11,8 @@ and reads the results in parallel, straight from the workers.
 - DoAction "relocate" (body: {"ticket": hex, "failed": location}): a reader could not reach an
   endpoint's worker; once the coordinator found it lost and ran the task elsewhere (held.py),
   answers the endpoint where it runs now, {"location", "ticket": hex} (after RELOCATE_WAIT
-  seconds, where it runs then).
+  seconds, where it runs then). For a query released already, the same partition of a new
+  run of it (reruns.py: Spark reads a DataFrame's endpoints again in its later queries).
 - DoAction "explain" (body: a TableQuery): the distributed plan it would run (stages, tasks
   and the workers they would run on), as text, without starting anything.
 - Streams (streams.py), for readers such as Spark's Structured Streaming, with JSON bodies:
@@ -64,7 +65,8 @@ from ..protocol import task_id
 from ..protocol.tickets import parse_ticket
 from .catalog import Catalog
 from .coordinator import Coordinator
-from .held import DEFAULT_GRACE, DEFAULT_TTL, HeldQuery
+from .held import DEFAULT_GRACE, DEFAULT_TTL, Endpoint, HeldQuery
+from .reruns import Reruns
 from .streams import FeedStream, stream_key
 from .table_query import ParsedTableQuery, parse_table_query, query_plan
 
@@ -123,6 +125,8 @@ class CoordinatorService(FlightHandler):
         self.ttl = ttl
         self.grace = grace
         self._held: dict[bytes, HeldQuery] = {}
+        self.reruns = Reruns()
+        """The queries handed out, so that a reader of a released one runs it again."""
 
     @property
     def held(self) -> Mapping[bytes, HeldQuery]:
@@ -154,14 +158,11 @@ class CoordinatorService(FlightHandler):
         return query_plan(self.catalog, parse_table_query(descriptor)).schema
 
     async def get_flight_info(self, ctx: CallContext, descriptor: FlightDescriptor) -> FlightInfo:
+        headers = query_headers(ctx)
         query = parse_table_query(descriptor)
-        plan = query_plan(self.catalog, query)
-        providers = self._micro_batch(query, plan) if query.units is not None else None
-        held = await self.coordinator.hold(
-            plan, headers=query_headers(ctx), ttl=self.ttl, grace=self.grace, providers=providers
-        )
-        self._forget_released()
-        self._held[held.query_id] = held
+        held = await self._hold(query, headers)
+        if query.units is None:  # (Spark plans a stream's micro-batch anew every time)
+            self.reruns.remember(held, descriptor, headers)
         return FlightInfo(
             schema=schema_to_ipc(held.schema),
             flight_descriptor=descriptor,
@@ -171,6 +172,23 @@ class CoordinatorService(FlightHandler):
             ordered=False,
             app_metadata=held.query_id,
         )
+
+    async def _hold(self, query: ParsedTableQuery, headers: Mapping[str, str]) -> HeldQuery:
+        """Start `query` as a held query, with its caller's `headers`."""
+        plan = query_plan(self.catalog, query)
+        providers = self._micro_batch(query, plan) if query.units is not None else None
+        held = await self.coordinator.hold(
+            plan, headers=headers, ttl=self.ttl, grace=self.grace, providers=providers
+        )
+        self._forget_released()
+        self._held[held.query_id] = held
+        return held
+
+    async def _hold_again(
+        self, descriptor: FlightDescriptor, headers: Mapping[str, str]
+    ) -> HeldQuery:
+        """A released query's new run (reruns.py)."""
+        return await self._hold(parse_table_query(descriptor), headers)
 
     def _micro_batch(self, query: ParsedTableQuery, plan: ExecutionPlan) -> dict[bytes, Any]:
         """The plan's feeds served from its stream's log: exactly the units in range."""
@@ -278,9 +296,23 @@ class CoordinatorService(FlightHandler):
         task = parse_ticket(ticket)
         key = task_id(task.task_key)  # (checked: a ticket off the network)
         query_id = key.query_id
-        held = self._held.get(query_id)
+        number, partition = key.task_number, task.target_partition_start
+        held = self.reruns.latest(query_id) or self._held.get(query_id)  # (its latest run)
+        if (
+            held is not None
+            and held.runtime.failure is None
+            and (held.released or held.query_id != query_id)
+        ):  # a reader of a planned read (Spark's DataFrame) whose query was released
+            rerun = await self.reruns.rerun(query_id, self._hold_again)
+            if rerun is not None:
+                with anyio.move_on_after(RELOCATE_WAIT):
+                    await rerun.ready(number)
+                return _answer(rerun.endpoint(number, partition))
         if held is None:
-            raise NotFound(f"no query {query_id.hex()} is held here (released already?)")
+            raise NotFound(
+                f"no query {query_id.hex()} is held here (released already, and no longer"
+                " remembered to run again?)"
+            )
         failure = held.runtime.failure
         if failure is not None:  # (its tasks are gone: no place to send a reader)
             raise NotFound(
@@ -292,7 +324,6 @@ class CoordinatorService(FlightHandler):
                 f" and not read again for {self.grace:g} s, not read for {self.ttl:g} s, or"
                 " released by a reader): run it again"
             )
-        number, partition = key.task_number, task.target_partition_start
         endpoint = held.endpoint(number, partition)
         same_attempt = held.run(number).key.attempt == key.attempt  # (a new one may run there)
         if (
@@ -310,11 +341,16 @@ class CoordinatorService(FlightHandler):
             )
         with anyio.move_on_after(RELOCATE_WAIT):
             endpoint = await held.relocate(number, partition, failed, key.attempt)
-        return {"location": endpoint.location, "ticket": endpoint.ticket.hex()}
+        return _answer(endpoint)
 
     def _forget_released(self) -> None:
         for query_id in [q for q, held in self._held.items() if held.released]:
             del self._held[query_id]
+
+
+def _answer(endpoint: Endpoint) -> dict[str, str]:
+    """relocate's answer: where to read the endpoint now, and with which ticket."""
+    return {"location": endpoint.location, "ticket": endpoint.ticket.hex()}
 
 
 def _json_object(kind: str, body: bytes, shape: str) -> dict[str, Any]:

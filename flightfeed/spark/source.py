@@ -469,9 +469,9 @@ def read_partition(
 
 PLANNED_ONCE: Final = (
     "Spark plans a DataFrame's read once and reads that plan again in every later query of the"
-    " DataFrame (or view); a query's results are held for a minute after they were read, a"
-    " table read's snapshot until its endpoints were read: define the DataFrame (or the view)"
-    " again to read anew"
+    " DataFrame (or view); a coordinator runs a released query again for it when it can, but a"
+    " table read's snapshot is gone once its endpoints were read: define the DataFrame (or the"
+    " view) again to read anew"
 )
 """Why a later query of a DataFrame can find its planned read gone (README: From PySpark)."""
 

@@ -15,9 +15,12 @@ import pytest
 
 from flightfeed.cluster import CoordinatorCluster, serve
 from flightfeed.coordinator import Catalog
+from flightfeed.coordinator.reruns import Reruns
 from flightfeed.coordinator.table_query import table_command
 from flightfeed.errors import InvalidArgument
 from flightfeed.plan import ExecutionPlan, call, col, lit
+from flightfeed.protocol import task_id
+from flightfeed.protocol.tickets import parse_ticket
 from flightfeed.testing import start_workers, wait_for_no_tasks
 from flightfeed.testing.feeds import (
     UnitProvider,
@@ -212,17 +215,102 @@ async def test_local_workers_on_every_interface_are_advertised_at_the_host_given
     assert table.num_rows == 20
 
 
-async def test_relocate_of_a_released_query_says_it_was_released() -> None:
-    """A reader that could not reach a worker asks where its endpoint went. Once the query was
-    released (read to its end, its grace over), the answer was the endpoint itself, whose task
-    was gone: the reader went back and got "no longer on this worker"."""
+def moved_to(answers: list[fl.Result]) -> tuple[str, bytes]:
+    """relocate's answer: the location and ticket to read the endpoint with now."""
+    answer = json.loads(b"".join(r.body.to_pybytes() for r in answers))
+    return answer["location"], bytes.fromhex(answer["ticket"])
+
+
+def query_of(ticket: bytes) -> bytes:
+    return task_id(parse_ticket(ticket).task_key).query_id
+
+
+def read_ticket(location: str, ticket: bytes) -> pa.Table:
+    with fl.connect(location) as worker:
+        return worker.do_get(fl.Ticket(ticket)).read_all()
+
+
+async def test_a_released_querys_endpoints_are_read_from_one_new_run_of_it() -> None:
+    """Spark reads a DataFrame's endpoints again in every later query of it. Once the query
+    was released, every such read failed ("run it again", which only a new DataFrame can do);
+    now the reader's relocate starts the query again, one run for all its endpoints."""
     async with service() as cluster:
+        info, first = await in_thread(read_query, cluster.location, table_command("units", [4, 5]))
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(cluster.workers)  # read to its end: released
+        old = info.endpoints[0]
+        with pytest.raises(pa.ArrowKeyError, match="released by its coordinator"):
+            await in_thread(read_ticket, old.locations[0].uri.decode(), old.ticket.ticket)
+        for run in range(2):  # (the new run is released in turn: the next reader starts another)
+            moved: list[tuple[str, bytes]] = []
+
+            async def ask(endpoint: fl.FlightEndpoint, moved: list[tuple[str, bytes]]) -> None:
+                answer = await in_thread(act, cluster.location, "relocate", relocate_body(endpoint))
+                moved.append(moved_to(answer))
+
+            async with anyio.create_task_group() as readers:  # all at once, as Spark's tasks
+                for endpoint in info.endpoints:
+                    readers.start_soon(ask, endpoint, moved)
+            queries = {query_of(ticket) for _, ticket in moved}
+            assert len(queries) == 1, f"run {run}: one run for every endpoint"
+            assert queries.isdisjoint({bytes(info.app_metadata)})
+            again = [await in_thread(read_ticket, where, ticket) for where, ticket in moved]
+            assert pa.concat_tables(again).sort_by("body").equals(first.sort_by("body"))
+            with anyio.fail_after(10):
+                await wait_for_no_tasks(cluster.workers)
+        runs = list(cluster.coordinator.metrics)
+        with anyio.fail_after(10):
+            for metrics in runs:
+                await metrics.wait_finished()
+        assert [m.status for m in runs] == ["finished"] * 3
+
+
+async def test_a_rerun_planned_to_another_shape_tells_its_reader_to_plan_anew() -> None:
+    """A rerun must serve the endpoints its readers planned for: here the table has more
+    partitions each time it is planned."""
+    changing = catalog()
+    calls = 0
+
+    @changing.table("growing", description="two more partitions each time it is planned")
+    def growing() -> ExecutionPlan:
+        nonlocal calls
+        calls += 1
+        return unit_scan(UnitProvider([3] * 2 * calls))
+
+    async with serve(changing, local_workers=2, grace=0.01) as cluster:
+        info, _ = await in_thread(read_query, cluster.location, table_command("growing"))
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(cluster.workers)
+        body = relocate_body(info.endpoints[0])
+        with pytest.raises(
+            pa.ArrowKeyError,
+            match=r"run again it has another shape \(2 task\(s\) of 2 partition\(s\); its"
+            r" readers planned for 2 of 1\): run it anew",
+        ):
+            await in_thread(act, cluster.location, "relocate", body)
+        with anyio.fail_after(10):
+            await wait_for_no_tasks(cluster.workers)  # (the rerun refused is released)
+
+
+@pytest.mark.parametrize("remembered", [0, 1])
+async def test_relocate_of_a_released_query_no_longer_remembered_says_it_was_released(
+    remembered: int,
+) -> None:
+    """A reader that could not reach a worker asks where its endpoint went. Once the query was
+    released and forgotten (the service remembers a bounded number of queries), the answer was
+    the endpoint itself, whose task was gone: the reader went back and got "no longer on this
+    worker"."""
+    async with service() as cluster:
+        cluster.service.reruns = Reruns(max_queries=remembered)
         info, _ = await in_thread(read_query, cluster.location, table_command("units", [2, 5]))
+        await in_thread(read_query, cluster.location, table_command("units", [2, 1]))  # (newer)
         with anyio.fail_after(10):
             await wait_for_no_tasks(cluster.workers)  # read to its end: released
         body = relocate_body(info.endpoints[0])
-        with pytest.raises(pa.ArrowKeyError, match=r"is not held here: it was released .*run it"):
+        forgotten = r"is held here \(released already, and no|it was released .*run it"
+        with pytest.raises(pa.ArrowKeyError, match=forgotten):
             await in_thread(act, cluster.location, "relocate", body)
+        assert len(cluster.service.reruns) == remembered
 
 
 async def test_a_huge_action_is_answered_at_once_with_a_bounded_message() -> None:
