@@ -19,8 +19,14 @@ from ..errors import ExecutionError, FlightfeedError
 from .checked_sum import Widened, narrow_sum, widen_for_sum
 from .float_keys import normalized
 from .functions import GroupedStateFunction
+from .layouts import plain_values, restored
 from .single_group import single_group
 
+_ANY_LAYOUT = frozenset({"count", "count_distinct"})
+"""Arrow's hash aggregates that take views and dictionaries as they are; the others are given
+plain values (its min and max take neither), and none takes runs."""
+_OF_ITS_VALUES = frozenset({"min", "max"})
+"""Aggregates whose result is one of the values: of a view column, a view (as DataFusion's)."""
 _ROW = "__ff_row"
 _ROW_LISTS = "__ff_row_lists"
 _COUNT_ALL = "__ff_count_all"
@@ -60,10 +66,15 @@ def group_aggregate(
     n = table.num_rows
     hash_prefix = "hash_" if keys else ""  # Acero's grouped kernels vs its scalar ones
     names = [f"__ff_k{i}" for i in range(len(keys))]
-    arrays: list[pa.ChunkedArray | pa.Array] = [normalized(table.column(k)) for k in keys]
+    key_types = [table.column(k).type for k in keys]
+    # (Acero groups by views and dictionaries, not by runs: those are decoded, and encoded again)
+    arrays: list[pa.ChunkedArray | pa.Array] = [
+        normalized(plain_values(table.column(k), dictionaries=False, views=False)) for k in keys
+    ]
     specs: list[tuple[list[str], str, pc.FunctionOptions | None, str]] = []
     result_names: list[str] = []
     widened: dict[str, Widened] = {}
+    views: dict[str, pa.DataType] = {}  # results to give their input's view layout back
     for i, op in enumerate(ops):
         if not isinstance(op, BuiltinOp):
             continue
@@ -74,6 +85,11 @@ def group_aggregate(
             continue
         names.append(f"__ff_a{i}")
         column = table.column(op.source)
+        any_layout = op.function in _ANY_LAYOUT
+        plain = plain_values(column, dictionaries=not any_layout, views=not any_layout)
+        if _is_view(column.type) and op.function in _OF_ITS_VALUES:
+            views[f"__ff_r{i}"] = column.type
+        column = plain
         wide = widen_for_sum(column) if op.function == "sum" else None
         if wide is not None:
             widened[f"__ff_r{i}"] = wide
@@ -94,12 +110,17 @@ def group_aggregate(
     result = _aggregate(source, specs, names[: len(keys)])
     num_groups = result.num_rows
 
-    out: list[pa.Array | pa.ChunkedArray] = [result.column(name) for name in names[: len(keys)]]
+    out: list[pa.Array | pa.ChunkedArray] = [
+        restored(result.column(name), type_)
+        for name, type_ in zip(names[: len(keys)], key_types, strict=True)
+    ]
     out_names = list(keys)
     builtin_outputs = [op.output for op in ops if isinstance(op, BuiltinOp)]
     out += [
         narrow_sum(result.column(name), widened[name], repr(output))
         if name in widened
+        else restored(result.column(name), views[name])
+        if name in views
         else result.column(name)
         for name, output in zip(result_names, builtin_outputs, strict=True)
     ]
@@ -113,6 +134,10 @@ def group_aggregate(
             out += _run_grouped(op, table, ids, num_groups, infer=infer)
             out_names += op.outputs
     return pa.Table.from_arrays(out, names=out_names)
+
+
+def _is_view(type_: pa.DataType) -> bool:
+    return bool(pa.types.is_string_view(type_) or pa.types.is_binary_view(type_))
 
 
 def _aggregate(

@@ -11,7 +11,7 @@ the partition is `h % n`. `mix` is the splitmix64 finalizer. Per column value:
 - floats: the float64 bits, with -0.0 folded into 0.0 and every NaN into one NaN;
 - strings, binaries (any width and view), fixed-size binaries, decimals (via their text):
   a polynomial hash of the bytes mod 2**64 combined with the length;
-- dictionaries hash their decoded values; nulls hash to a constant.
+- dictionaries and run-end encoded arrays hash their decoded values; nulls hash to a constant.
 Other types (nested, intervals) are rejected with InvalidArgument.
 """
 
@@ -97,6 +97,9 @@ def column_hash(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     t = array.type
+    if pa.types.is_run_end_encoded(t):
+        array = pc.run_end_decode(array)
+        t = array.type
     if pa.types.is_dictionary(t):
         array = array.dictionary_decode()
         t = array.type

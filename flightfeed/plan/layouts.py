@@ -9,7 +9,9 @@ only by the batches that have them. A sort key Arrow cannot order as it is (a di
 several keys, a half float) is ordered by its plain values; one it cannot order at all (lists,
 maps, intervals) is refused when the plan is built. Batches whose dictionaries differ are
 unified before a join (Acero takes one dictionary per column), and batches whose dictionaries
-outgrow their index type together are refused by name.
+outgrow their index type together are refused by name. Arrow's hash aggregates group by no
+runs, and its min and max take no view, dictionary or runs: those get their plain values
+(`plain_values`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pyarrow.compute as pc
 from ..errors import InvalidArgument
 
 Tabular = TypeVar("Tabular", pa.RecordBatch, pa.Table)
+ColumnLike = TypeVar("ColumnLike", pa.Array, pa.ChunkedArray)
 
 
 def filter_rows(batch: pa.RecordBatch, mask: pa.Array) -> pa.RecordBatch:
@@ -82,8 +85,25 @@ def with_layouts_of(data: Tabular, schema: pa.Schema) -> Tabular:
     fields = [f.with_type(wanted.get(f.name, f.type)) for f in data.schema]
     if all(f.type == g.type for f, g in zip(fields, data.schema, strict=True)):
         return data
-    columns = [_restored(c, f.type) for c, f in zip(data.columns, fields, strict=True)]
+    columns = [restored(c, f.type) for c, f in zip(data.columns, fields, strict=True)]
     return type(data).from_arrays(columns, schema=pa.schema(fields, metadata=data.schema.metadata))
+
+
+def plain_values(
+    column: ColumnLike, *, dictionaries: bool = True, views: bool = True
+) -> ColumnLike:
+    """`column`'s values in the layout Arrow's hash aggregates take: runs decoded, and (unless
+    told not to) dictionaries decoded and views as large strings or binaries. Arrow's min and
+    max take none of those, nor do its group keys take runs. `column` itself if it is plain."""
+    type_ = column.type
+    if pa.types.is_run_end_encoded(type_):
+        decoded = pc.run_end_decode(column)
+        return plain_values(decoded, dictionaries=dictionaries, views=views)
+    if dictionaries and pa.types.is_dictionary(type_):
+        return plain_values(pc.dictionary_decode(column), views=views)
+    if views and (pa.types.is_string_view(type_) or pa.types.is_binary_view(type_)):
+        return column.cast(_plain_type(type_))
+    return column
 
 
 def one_dictionary_per_column(table: pa.Table, what: str) -> pa.Table:
@@ -149,11 +169,12 @@ def _to(column: pa.Array | pa.ChunkedArray, type_: pa.DataType) -> pa.Array | pa
     return column if column.type == type_ else column.cast(type_)
 
 
-def _restored(column: pa.Array | pa.ChunkedArray, type_: pa.DataType) -> pa.Array | pa.ChunkedArray:
+def restored(column: pa.Array | pa.ChunkedArray, type_: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """`column` (in a plain layout) given `type_`'s layout back."""
     if column.type == type_:
         return column
     if pa.types.is_run_end_encoded(type_):
-        values = _restored(column, type_.value_type)
+        values = restored(column, type_.value_type)
         return pc.run_end_encode(values, run_end_type=type_.run_end_type)
     return column.cast(type_)
 

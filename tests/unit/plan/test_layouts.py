@@ -3,9 +3,11 @@
 failed with INTERNAL "array_take has no kernel matching input types (string_view, uint16)"),
 also nested in lists, fixed-size lists, maps and structs; run-end encoded columns (no take);
 dictionaries that differ from batch to batch (Acero's join takes one per column); a dictionary
-among several sort keys, and a half float key. What Arrow cannot do at all is refused when
-the plan is built, by name. Python values do not depend on the layout: rows compare as they
-are."""
+among several sort keys, and a half float key; runs as group and partitioning keys, and min
+and max of views, dictionaries and runs ("Keys of type run_end_encoded" and "hash_min_max has
+no kernel matching input types (string_view, uint32)" before). What Arrow cannot do at all is
+refused when the plan is built, by name. Python values do not depend on the layout: rows
+compare as they are."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from flightfeed.plan import (
     collect_partition,
     decode_plan,
     encode_plan,
+    from_table,
     lit,
     open_task_context,
 )
@@ -108,6 +111,17 @@ def joinable(table: pa.Table) -> pa.Table:
     return table.drop_columns(["inner", "pair", "tags"])  # (Acero joins no nested column)
 
 
+EXTREMES = [
+    agg("min", col("s"), name="s"),
+    agg("max", col("b"), name="b"),
+    agg("min", col("d"), name="d"),
+    agg("max", col("run"), name="top"),
+    agg("sum", col("run"), name="total"),
+    agg("count", col("d"), name="named"),
+]
+"""Arrow's min and max take no view, dictionary or runs, nor its sum runs: given their plain
+values, a min or max of a view is a view again."""
+
 Plan = Callable[[pa.Table], ExecutionPlan]
 PLANS: dict[str, Plan] = {
     "filter": lambda t: Filter(
@@ -129,6 +143,26 @@ PLANS: dict[str, Plan] = {
         [(col("s"), "s")],
         [agg("count", col("n"), name="rows"), agg("sum", col("n"), name="total")],
         mode=AggregateMode.SINGLE,
+    ),
+    "repartition by runs": lambda t: Repartition(scan(t, 2), Partitioning((col("run"),), 3)),
+    "aggregate by runs, min and max of every layout": lambda t: HashAggregate(
+        scan(t, 2), [(col("run"), "run")], EXTREMES, mode=AggregateMode.SINGLE
+    ),
+    "two-step aggregate by runs": lambda t: HashAggregate(
+        Repartition(
+            HashAggregate(scan(t, 2), [(col("run"), "run")], EXTREMES, mode=AggregateMode.PARTIAL),
+            Partitioning((col("run"),), 3),
+        ),
+        [(col("run"), "run")],
+        EXTREMES,
+        mode=AggregateMode.FINAL,
+    ),
+    "global min and max of every layout": lambda t: HashAggregate(
+        scan(t, 2), [], EXTREMES, mode=AggregateMode.SINGLE
+    ),
+    "distinct runs": lambda t: from_table(t, 2).aggregate(["run"]).plan,
+    "count of distinct runs": lambda t: (
+        from_table(t, 2).aggregate([], [agg("count_distinct", col("run"), name="runs")]).plan
     ),
     "join on a view key": lambda t: HashJoin(scan(joinable(t)), right(t), [("s", "rs")], "inner"),
     "join on a dictionary key": lambda t: HashJoin(
