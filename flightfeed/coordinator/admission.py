@@ -53,10 +53,10 @@ class Admission:
 
     async def acquire(self) -> None:
         """Take a slot, waiting behind earlier arrivals; ResourceExhausted if the queue is full."""
+        await anyio.lowlevel.checkpoint()  # (before taking a slot: a cancelled caller takes none)
         if self.limit is None or (self.running < self.limit and not self._waiting):
             self.running += 1
             self._notify()
-            await anyio.lowlevel.checkpoint()
             return
         if self.max_queued is not None and len(self._waiting) >= self.max_queued:
             raise ResourceExhausted(

@@ -370,6 +370,7 @@ class Coordinator:
         await self._admit(metrics)
         try:
             try:
+                self._check_open(query_id)
                 runtime, root = await self._prepare(plan, query_id, headers, metrics, attempt=0)
             except BaseException as exc:
                 _finish_unstarted(metrics, exc)
@@ -394,6 +395,12 @@ class Coordinator:
                     await attempts.finished.wait()
         finally:
             self.admission.release()
+
+    def _check_open(self, query_id: bytes) -> None:
+        """Cancelled, for a query admitted as the coordinator closes (the running queries gave
+        their slots back as they were cancelled)."""
+        if self._tg is None:
+            raise Cancelled(f"query {query_id.hex()} was cancelled: the coordinator closed")
 
     def _queued(self, query_id: bytes) -> QueryMetrics:
         """A new query's metrics, in the store from the start: "queued" until admitted."""
@@ -496,6 +503,7 @@ class Coordinator:
         await self._admit(metrics)  # held until every endpoint was read, or the release
         release = _Once(self.admission.release)
         try:
+            self._check_open(query_id)
             runtime, distributed = await self._held_runtime(
                 plan, query_id, query_headers, metrics, providers
             )

@@ -16,6 +16,7 @@ left out like an unreachable one, and the retry runs on the others (coordinator/
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -24,7 +25,7 @@ import anyio
 from anyio.abc import TaskGroup
 from grpclib.const import Status
 
-from ..errors import FlightfeedError, RemoteError, Unavailable
+from ..errors import FlightfeedError, InvalidArgument, RemoteError, Unavailable
 from ..protocol.resolver import ChannelResolver
 from ..protocol.version import check_worker_version
 
@@ -33,6 +34,8 @@ DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_PROBE_TIMEOUT: Final = 3.0
 """How long a worker has to answer GetWorkerInfo after a query on it failed."""
 SHUTTING_DOWN: Final = "the worker is shutting down (it says so in GetWorkerInfo)"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -153,8 +156,15 @@ class WorkerHealth:
                 return exc  # reached, and something else is wrong
             self.down[url] = (anyio.current_time(), _reason(exc))
             return False
+        except InvalidArgument as exc:  # not a worker's URL (a resolver's): left out, saying so
+            self.down[url] = (anyio.current_time(), exc.message)
+            return False
         except FlightfeedError as exc:
             return exc
+        except Exception as exc:  # (it runs in the coordinator's task group: never its end)
+            log.warning("checking worker %s failed: %s: %s", url, type(exc).__name__, exc)
+            self.down[url] = (anyio.current_time(), f"{type(exc).__name__}: {exc}")
+            return False
         self.down.pop(url, None)
         return True
 
@@ -191,6 +201,8 @@ class WorkerHealth:
                 found[url] = _reason(exc)
             except FlightfeedError:
                 return
+            except Exception as exc:  # (whatever else connecting raised: it did not answer)
+                found[url] = f"{type(exc).__name__}: {exc}"
 
         async with anyio.create_task_group() as tg:
             for url in dict.fromkeys(urls):

@@ -74,17 +74,21 @@ BatchSource = AsyncIterable[pa.RecordBatch] | AsyncIterable[tuple[pa.RecordBatch
 
 def parse_location(location: str) -> tuple[str, int]:
     """`grpc://host:port` (or grpc+tcp://, grpc+tls://, or bare host:port) → (host, port)."""
-    url = urlparse(location if "://" in location else f"grpc://{location}")
-    schemes = ("grpc", "grpc+tcp", TLS_SCHEME)
+    want = "want grpc://host:port or grpc+tls://host:port"
     try:
+        url = urlparse(location if "://" in location else f"grpc://{location}")
         port = url.port
-    except ValueError:  # not a number, or past 65535
-        port = None
-    if url.scheme not in schemes or not url.hostname or port is None:
+    except ValueError as exc:  # a port not a number or past 65535, a bracket left open
+        raise InvalidArgument(f"unsupported Flight location {location!r} ({exc}): {want}") from None
+    if url.scheme not in ("grpc", "grpc+tcp", TLS_SCHEME) or not url.hostname or port is None:
+        raise InvalidArgument(f"unsupported Flight location {location!r}: {want}")
+    try:
+        url.hostname.encode("idna")  # (what connecting does: it would fail there, unnamed)
+    except UnicodeError:
         raise InvalidArgument(
-            f"unsupported Flight location {location!r}: want grpc://host:port or"
-            " grpc+tls://host:port"
-        )
+            f"unsupported Flight location {location!r}: {url.hostname!r} is not a host name"
+            " (a label is empty or longer than 63 characters)"
+        ) from None
     return url.hostname, port
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from flightfeed.errors import ResourceExhausted
+from flightfeed.coordinator import Coordinator, InProcessWorkerResolver
+from flightfeed.errors import Cancelled, ResourceExhausted
 from flightfeed.flight.client import FlightClient
-from flightfeed.plan import Coalesce
-from flightfeed.testing import start_cluster
+from flightfeed.plan import Coalesce, ExecutionPlan
+from flightfeed.testing import start_cluster, start_workers
 from flightfeed.testing.feeds import (
     COUNT_AT_END,
     LiveProvider,
@@ -94,3 +95,48 @@ async def test_a_held_query_read_through_gives_its_slot_back() -> None:
         assert (read, table.num_rows) == (5, 4)
         assert not held.released
         held.release()
+
+
+async def test_a_query_cancelled_as_it_is_admitted_gives_its_slot_back() -> None:
+    """Its slot was taken before the admission's checkpoint, where the cancellation landed,
+    and nothing gave it back: at the limit's count of such queries, every later one waited
+    forever (found by a probe)."""
+    options = unit_coordinator_options(max_concurrent_queries=1)
+    async with start_cluster(1, session_builder=unit_session_builder, **options) as (c, _):
+        for start in (c.collect, c.hold):
+            with anyio.CancelScope() as scope:
+                scope.cancel()  # (the caller is cancelled before the query got anywhere)
+                await start(unit_scan(UnitProvider([3])))
+            assert (c.admission.running, c.admission.queued) == (0, 0)
+        with anyio.fail_after(30):
+            assert (await c.collect(unit_scan(UnitProvider([3])))).num_rows == 3
+
+
+async def test_queries_queued_when_the_coordinator_closes_are_cancelled_saying_so() -> None:
+    """A queued query was admitted once the running one was cancelled, then planned on the
+    closed coordinator: ExceptionGroup([RuntimeError('ChannelResolver is closed')]), where the
+    running one was told the coordinator closed (found by a probe)."""
+    live = LiveProvider(1)
+    options = unit_coordinator_options(max_concurrent_queries=1)
+    errors: dict[str, Exception] = {}
+
+    async def run(name: str, c: Coordinator, plan: ExecutionPlan) -> None:
+        try:
+            await c.collect(plan)
+        except Exception as exc:
+            errors[name] = exc
+
+    async with (
+        start_workers(1, session_builder=unit_session_builder) as workers,
+        anyio.create_task_group() as callers,  # (outside the coordinator, as a user's are)
+        Coordinator(InProcessWorkerResolver(workers), **options) as c,
+    ):
+        callers.start_soon(run, "running", c, Coalesce(unit_scan(live)))
+        await anyio.wait_all_tasks_blocked()
+        callers.start_soon(run, "queued", c, Coalesce(unit_scan(UnitProvider([1]))))
+        await anyio.wait_all_tasks_blocked()
+        assert (c.admission.running, c.admission.queued) == (1, 1)
+    assert set(errors) == {"running", "queued"}
+    for error in errors.values():
+        assert isinstance(error, Cancelled)
+        assert "was cancelled: the coordinator closed" in str(error)

@@ -56,6 +56,34 @@ async def test_an_unreachable_worker_is_left_out() -> None:
             assert coordinator.health.down[dead][0] > first
 
 
+class ListedWorkers:
+    """A user's resolver: whatever URLs it is given, as they are."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.urls = list(urls)
+
+    async def workers(self) -> list[str]:
+        return self.urls
+
+
+@pytest.mark.parametrize("bad", ["grpc://[::1", f"grpc://{'a' * 70}.example:8000"])
+async def test_a_worker_url_no_connection_can_take_is_left_out_saying_why(bad: str) -> None:
+    """A resolver's malformed URL, or a host name too long to encode, raised ValueError and
+    UnicodeError in the check's task, in the coordinator's own task group: the running query
+    and the coordinator ended with an ExceptionGroup (found by a probe)."""
+    async with start_workers(1, session_builder=unit_session_builder) as (worker,):
+        resolver = ListedWorkers([worker.location, bad])
+        async with Coordinator(resolver, **unit_coordinator_options(tasks=2)) as coordinator:
+            plan = Coalesce(unit_scan(UnitProvider([3, 2])))
+            for _ in range(2):
+                assert (await coordinator.collect(plan)).num_rows == 5
+                assert "unsupported Flight location" in coordinator.health.down[bad][1]
+                coordinator.health.recheck_after = 0  # (checked again, in the background)
+            resolver.urls = [bad]
+            with pytest.raises(Unavailable, match=r"no worker can be reached: .*unsupported"):
+                await coordinator.collect(plan)
+
+
 async def test_a_stopped_worker_is_checked_again_without_holding_up_queries() -> None:
     """A stopped worker (SIGSTOP, a paused machine) still accepts connections, so a check of it
     lasts the whole connect timeout. Before, each query started while the worker was due a

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from flightfeed.errors import InvalidArgument
@@ -31,8 +33,16 @@ def test_a_location_gives_its_host_and_port(location: str, expected: tuple[str, 
         "grpc://:8000",
         "grpc://host:http",  # urllib raised ValueError for these two, not InvalidArgument
         "grpc://host:65536",
+        "grpc://[::1",  # urllib's ValueError "Invalid IPv6 URL" (found by a probe)
+        "grpc://[::1:8000",
+        # Names a connection cannot encode: UnicodeError when the coordinator's health check
+        # connected, in its own task group, which ended the coordinator (found by a probe).
+        f"grpc://{'a' * 70}.example:8000",
+        "grpc://x..y:8000",
     ],
 )
 def test_anything_else_is_invalid_argument_naming_it(location: str) -> None:
-    with pytest.raises(InvalidArgument, match=f"unsupported Flight location '{location}'"):
+    with pytest.raises(
+        InvalidArgument, match=f"unsupported Flight location '{re.escape(location)}'"
+    ):
         parse_location(location)
