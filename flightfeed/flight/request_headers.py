@@ -120,17 +120,36 @@ def _without_content(value: object) -> str:
     return f"a value of {len(value)} characters, {kind} at position {at}"
 
 
+MAX_QUERY_HEADER_BYTES: Final = 16 * 1024
+"""What a query's headers may take of a header block, counted as HTTP/2 does (name, value and
+32 bytes each). A coordinator sends them to the workers with its own on a connection that
+other queries share, and a worker answers a block past its limit (64 KiB by default) by closing
+the connection: every query on it failed, not only the one with the headers."""
+_HEADER_OVERHEAD: Final = 32
+
+
 def call_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """`call_metadata` for text headers only (a query's headers for session builders)."""
+    """`call_metadata` for text headers only (a query's headers for session builders), at most
+    MAX_QUERY_HEADER_BYTES of them."""
     checked: dict[str, str] = {}
+    size = 0
     for key, value in call_metadata(headers).items():
         if not isinstance(value, str):
             raise InvalidArgument(f"header {key!r}: a query's headers are text, not -bin")
         checked[key] = value
+        size += len(key) + len(value) + _HEADER_OVERHEAD
+    if size > MAX_QUERY_HEADER_BYTES:
+        largest = max(checked, key=lambda k: len(checked[k]))
+        raise InvalidArgument(
+            f"a query's headers take {size} bytes of a header block (the largest,"
+            f" {largest!r}, {len(checked[largest])}), at most {MAX_QUERY_HEADER_BYTES}: the"
+            " workers get them on connections other queries share"
+        )
     return checked
 
 
 __all__ = [
+    "MAX_QUERY_HEADER_BYTES",
     "MIN_TIMEOUT",
     "REQUIRED_PSEUDO_HEADERS",
     "Refusal",

@@ -43,4 +43,9 @@ class Headers(Mapping[str, str]):
         return self._pairs
 
     def __repr__(self) -> str:
-        return f"Headers({list(self._pairs)!r})"
+        shown = [(k, "<hidden>" if k in _CREDENTIALS else v) for k, v in self._pairs]
+        return f"Headers({shown!r})"
+
+
+_CREDENTIALS = frozenset({"authorization", "proxy-authorization", "cookie"})
+"""Headers whose values a repr never shows (a builder that logs its headers would log them)."""

@@ -11,6 +11,7 @@ import anyio
 
 from .._generated.flightfeed.v1 import TaskKey
 from ..errors import ErrorOrigin, as_flightfeed_error
+from ..flight.auth import AUTHORIZATION
 from ..plan.nodes import ParquetScan, ParquetScanCodec
 from ..protocol.channel import Headers
 from ..session import Headers as SessionHeaders
@@ -25,7 +26,11 @@ async def build_session(
 ) -> Session:
     """The builder's session for the request; its failure names the builder and keeps the
     original exception's class."""
-    if not isinstance(headers, SessionHeaders):  # (over gRPC it is one: repeats kept)
+    if AUTHORIZATION in headers:  # (checked by the server already: a builder that logs
+        headers = SessionHeaders(  # its headers would log the caller's token)
+            (name, value) for name, value in _pairs(headers) if name != AUTHORIZATION
+        )
+    elif not isinstance(headers, SessionHeaders):  # (over gRPC it is one: repeats kept)
         headers = SessionHeaders(headers.items())
     context = WorkerQueryContext(headers=headers, task_key=task_key)
     try:
@@ -35,6 +40,13 @@ async def build_session(
     except Exception as exc:
         raise as_flightfeed_error(exc, SESSION_BUILDER).locate(origin) from exc
     return _with_parquet_roots(_within_pool(session, state), state.parquet_codec)
+
+
+def _pairs(headers: Headers) -> list[tuple[str, str]]:
+    """Every (name, value), repeats included when `headers` keeps them."""
+    if isinstance(headers, SessionHeaders):
+        return list(headers.pairs())
+    return [(name.lower(), value) for name, value in headers.items()]
 
 
 def _with_parquet_roots(session: Session, codec: ParquetScanCodec) -> Session:

@@ -313,6 +313,28 @@ async def test_relocate_of_a_released_query_no_longer_remembered_says_it_was_rel
         assert len(cluster.service.reruns) == remembered
 
 
+async def test_a_query_with_headers_past_their_budget_is_refused_and_others_run_on() -> None:
+    """The coordinator sent a caller's 65,000-byte header to the workers with its own: past the
+    worker's header limit, which closed the connection every query to it shared. Another
+    reader's query failed with it (found by a probe)."""
+    command = fl.FlightDescriptor.for_command(table_command("units", [2, 3]))
+
+    def ask(location: str, size: int) -> fl.FlightInfo:
+        call = fl.FlightCallOptions(headers=[(b"x-big", b"x" * size)])
+        with fl.connect(location) as client:
+            return client.get_flight_info(command, call)
+
+    async with service() as cluster:
+        started = await in_thread(ask, cluster.location, 8_000)  # (within the budget)
+        with pytest.raises(pa.ArrowInvalid, match=r"headers take 20\d+ bytes .* at most 16384"):
+            await in_thread(ask, cluster.location, 20_000)
+        for endpoint in started.endpoints:  # the connection the workers share still serves
+            table = await in_thread(
+                read_ticket, endpoint.locations[0].uri.decode(), endpoint.ticket.ticket
+            )
+            assert table.num_rows == 3
+
+
 async def test_a_huge_action_is_answered_at_once_with_a_bounded_message() -> None:
     """An action's type and a release's body were echoed whole in the error: a 1 MB one froze
     the coordinator's event loop for 20 s (the loop guard fails this test on such a stall), and

@@ -45,6 +45,7 @@ from flightfeed.plan.builder import plan_from
 from flightfeed.plan.expr import col
 from flightfeed.plan.nodes import ParquetScan
 from flightfeed.protocol.resolver import ChannelResolver
+from flightfeed.session import Headers, Session, WorkerQueryContext
 from flightfeed.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.anyio
@@ -253,6 +254,34 @@ async def test_workers_and_coordinator_send_their_tokens(tmp_path: Path) -> None
         await run(TOKEN, None)  # the coordinator sends none
     with pytest.raises(FlightfeedError, match="bearer token"):
         await run(None, TOKEN)  # the workers' shuffle reads carry none
+
+
+async def test_session_builders_never_see_the_callers_token(tmp_path: Path) -> None:
+    """The worker handed the token it had checked to its session builder, and the headers'
+    repr showed it: a builder that logs its headers logged the token (found by a probe)."""
+    pq.write_table(pa.table({"v": pa.array(range(10))}), tmp_path / "rows.parquet")
+    scan = ParquetScan.from_paths(str(tmp_path / "rows.parquet"), partitions=1)
+    seen: list[Headers] = []
+
+    async def build(ctx: WorkerQueryContext) -> Session:
+        seen.append(ctx.headers)
+        return ctx.builder.build()
+
+    config = WorkerConfig(auth=AUTH, parquet_roots=(str(tmp_path),))
+    async with Worker(config=config, session_builder=build) as worker:
+        channels = ChannelResolver(metadata=bearer(TOKEN))
+        resolver = StaticWorkerResolver([worker.location])
+        async with Coordinator(resolver, channels=channels) as coordinator:
+            rows = await coordinator.collect(scan, headers={"x-tenant": "blue"})
+    assert rows.num_rows == 10
+    assert seen
+    for headers in seen:
+        assert headers.get("x-tenant") == "blue"
+        assert "authorization" not in headers
+        assert TOKEN not in repr(headers)
+    shown = repr(Headers([("authorization", f"Bearer {TOKEN}"), ("x-tenant", "blue")]))
+    assert TOKEN not in shown
+    assert "x-tenant" in shown
 
 
 def test_the_worker_command_requires_a_token(tmp_path: Path) -> None:
