@@ -61,6 +61,8 @@ INSTANCE_ATTRIBUTES: Final[Mapping[str, tuple[str, ...]]] = {
         "_handlers",
         "__dispatch__",
         "_loop",
+        "_server",
+        "_server_closed_fut",
     ),
     "grpclib.server.Handler": ("_tasks", "_cancelled", "loop"),
     "grpclib.client.Channel": ("_config", "_h2_config"),
@@ -393,12 +395,25 @@ class ServerBase(grpclib.server.Server):
         """Override: the protocol of one accepted connection."""
         return H2Protocol(handler, config, h2_config)
 
-    async def start(self, *args: Any, **kwargs: Any) -> None:
+    async def start(
+        self, *args: Any, ssl_handshake_timeout: float | None = None, **kwargs: Any
+    ) -> None:
         """Serve on the loop that starts the server: grpclib takes the loop current where the
         server is constructed, which is not this one when a server is built in one thread and
-        started in another (an anyio portal, say), and it would then never answer."""
+        started in another (an anyio portal, say), and it would then never answer.
+        `ssl_handshake_timeout` bounds a TLS handshake (grpclib passes none to the loop, whose
+        default is 60 s): a connection that never completes it is no protocol's until then,
+        so no timer of the protocol's can close it."""
         self._loop = asyncio.get_running_loop()
-        await super().start(*args, **kwargs)
+        if kwargs.get("ssl") is None or ssl_handshake_timeout is None or args:
+            await super().start(*args, **kwargs)
+            return
+        if self._server is not None:
+            raise RuntimeError("Server is already started")
+        self._server = await self._loop.create_server(
+            self._protocol_factory, ssl_handshake_timeout=ssl_handshake_timeout, **kwargs
+        )
+        self._server_closed_fut = self._loop.create_future()
 
     def _protocol_factory(self) -> Any:
         self.__gc_step__()

@@ -484,7 +484,12 @@ class FlightServer:
         self._local_address = local_address(sock)
         # grpclib's default backlog of 100 drops the SYNs of a burst of new connections while
         # the loop is busy, and their clients wait seconds to retry.
-        await self._grpc.start(sock=sock, backlog=LISTEN_BACKLOG, ssl=self._ssl)
+        await self._grpc.start(
+            sock=sock,
+            backlog=LISTEN_BACKLOG,
+            ssl=self._ssl,
+            ssl_handshake_timeout=self._grpc.limits.handshake_timeout,
+        )
         self._started = True
 
     async def close(self) -> None:

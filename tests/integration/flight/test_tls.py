@@ -22,7 +22,8 @@ from helpers.worker_process import worker_process
 from flightfeed.coordinator import Coordinator
 from flightfeed.coordinator.resolver import StaticWorkerResolver
 from flightfeed.errors import FlightfeedError
-from flightfeed.flight.client import FlightClient
+from flightfeed.flight.client import FlightClient, parse_location
+from flightfeed.flight.connection_limits import ConnectionLimits
 from flightfeed.flight.tls import ClientTls
 from flightfeed.plan.aggregate import agg
 from flightfeed.plan.builder import plan_from
@@ -201,3 +202,26 @@ def test_local_workers_are_secured_as_their_coordinator(
                 client.list_actions(call)  # no TLS, no answer
         got = pa.concat_tables(parts).sort_by("partition")
         assert got.equals(scan_rows(*seed).sort_by("partition"))
+
+
+async def test_connections_that_never_start_tls_are_closed_at_the_handshake_timeout(
+    certs: Certificates,
+) -> None:
+    """A TLS connection is its protocol's only once the handshake is done, so the HTTP/2
+    preface timer never started for one that sent nothing: the loop's own TLS timeout held it
+    60 s, whatever --handshake-timeout said (found by a probe)."""
+    limits = ConnectionLimits(handshake_timeout=0.5)
+    async with Worker(config=WorkerConfig(tls=certs.server, connections=limits)) as worker:
+        host, port = parse_location(worker.location)
+        silent = [await anyio.connect_tcp(host, port) for _ in range(10)]
+        try:
+            with anyio.fail_after(10):  # (60 s before)
+                for connection in silent:
+                    with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
+                        await connection.receive()
+        finally:
+            for connection in silent:
+                await connection.aclose()
+        root = certs.ca.read_bytes()
+        got = await anyio.to_thread.run_sync(lambda: actions(worker.location, tls_root_certs=root))
+        assert "create_table" in got
