@@ -79,8 +79,7 @@ def read_tokens(path: str) -> list[str]:
             continue
         if not _TOKEN.fullmatch(line):
             raise InvalidArgument(
-                f"the token file {path!r}, line {number}: a token is printable ASCII without"
-                " spaces or control characters"
+                f"the token file {path!r}, line {number}: a token is {TOKEN_CHARACTERS}"
             )
         tokens.append(line)
     if not tokens:
@@ -89,6 +88,12 @@ def read_tokens(path: str) -> list[str]:
 
 
 _TOKEN: Final = re.compile(r"[!-~]+")
+TOKEN_CHARACTERS: Final = "printable ASCII without spaces or control characters"
+
+
+def is_token(text: str) -> bool:
+    """Whether `text` can be a bearer token (what an `authorization` header can carry)."""
+    return _TOKEN.fullmatch(text) is not None
 
 
 def _digest(token: str) -> bytes:

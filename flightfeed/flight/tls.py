@@ -59,10 +59,12 @@ def _server_context(tls: ServerTls) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        context.load_cert_chain(tls.cert_chain, tls.private_key)
+        context.load_cert_chain(tls.cert_chain, tls.private_key, password=_no_passphrase)
         if tls.client_ca is not None:
             context.load_verify_locations(cafile=tls.client_ca)
             context.verify_mode = ssl.CERT_REQUIRED
+    except _Encrypted:
+        raise _encrypted(tls.private_key or tls.cert_chain) from None
     except (ssl.SSLError, OSError) as exc:
         files = _files(cert=tls.cert_chain, key=tls.private_key, ca=tls.client_ca)
         raise InvalidArgument(f"cannot use the server's TLS files ({files}): {exc}") from exc
@@ -84,7 +86,9 @@ def _client_context(tls: ClientTls) -> ssl.SSLContext:
     try:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=tls.root_ca)
         if tls.cert_chain is not None:
-            context.load_cert_chain(tls.cert_chain, tls.private_key)
+            context.load_cert_chain(tls.cert_chain, tls.private_key, password=_no_passphrase)
+    except _Encrypted:
+        raise _encrypted(tls.private_key or tls.cert_chain or "") from None
     except (ssl.SSLError, OSError) as exc:
         files = _files(ca=tls.root_ca, cert=tls.cert_chain, key=tls.private_key)
         raise InvalidArgument(f"cannot use the client's TLS files ({files}): {exc}") from exc
@@ -98,3 +102,20 @@ def is_tls_location(location: str) -> bool:
 
 
 __all__ = ["TLS_SCHEME", "ClientTls", "ServerTls", "is_tls_location"]
+
+
+class _Encrypted(Exception):
+    """The private key asks for a passphrase."""
+
+
+def _no_passphrase() -> str:
+    """What OpenSSL calls for an encrypted key's passphrase: without it, OpenSSL prompts on the
+    terminal (and a server without one failed with 'Invalid argument')."""
+    raise _Encrypted
+
+
+def _encrypted(key: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"the TLS private key {key!r} is encrypted (it asks for a passphrase): give the key"
+        " unencrypted, readable only by the server's user (openssl pkey -in KEY -out PLAIN)"
+    )

@@ -28,7 +28,7 @@ from ..errors import (
     RemoteError,
     Unauthenticated,
 )
-from ..flight.auth import AUTHORIZATION, read_tokens
+from ..flight.auth import AUTHORIZATION, TOKEN_CHARACTERS, is_token, read_tokens
 from .idle_watch import IdleWatch
 from .shared_read import on_this_host, read_ticket
 
@@ -63,6 +63,10 @@ class Connection:
             raise InvalidArgument(f"give option {TOKEN!r} or {TOKEN_FILE!r}, not both")
         if self.token is not None and not self.token.strip():
             raise InvalidArgument(f"option {TOKEN!r} is empty")
+        if self.token is not None and not is_token(self.token.strip()):
+            raise InvalidArgument(  # (gRPC refused it only once sent: INTERNAL, "Invalid
+                f"option {TOKEN!r}: a token is {TOKEN_CHARACTERS}"  # metadata")
+            )
         if (self.cert_chain is None) != (self.private_key is None):
             raise InvalidArgument(
                 f"options {TLS_CERT_CHAIN!r} and {TLS_PRIVATE_KEY!r} go together: the client"

@@ -15,16 +15,17 @@ import pyarrow.compute as pc
 import pyarrow.flight as fl
 import pyarrow.parquet as pq
 import pytest
+from cryptography.hazmat.primitives import serialization
 from helpers.certificates import Certificates, make_certificates
 from helpers.coordinator_command import coordinator_command
 from helpers.worker_process import worker_process
 
 from flightfeed.coordinator import Coordinator
 from flightfeed.coordinator.resolver import StaticWorkerResolver
-from flightfeed.errors import FlightfeedError
+from flightfeed.errors import FlightfeedError, InvalidArgument
 from flightfeed.flight.client import FlightClient, parse_location
 from flightfeed.flight.connection_limits import ConnectionLimits
-from flightfeed.flight.tls import ClientTls
+from flightfeed.flight.tls import ClientTls, ServerTls
 from flightfeed.plan.aggregate import agg
 from flightfeed.plan.builder import plan_from
 from flightfeed.plan.expr import col
@@ -225,3 +226,25 @@ async def test_connections_that_never_start_tls_are_closed_at_the_handshake_time
         root = certs.ca.read_bytes()
         got = await anyio.to_thread.run_sync(lambda: actions(worker.location, tls_root_certs=root))
         assert "create_table" in got
+
+
+def test_an_encrypted_private_key_is_refused_saying_so(
+    certs: Certificates, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """OpenSSL asked for the passphrase on the terminal (a worker without one printed the
+    prompt twice, then failed with 'Invalid argument') (found by a probe)."""
+    key = serialization.load_pem_private_key(Path(certs.server.private_key).read_bytes(), None)
+    encrypted = tmp_path / "encrypted.key"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"a passphrase"),
+        )
+    )
+    refused = r"the TLS private key '.*encrypted\.key' is encrypted \(it asks for a passphrase\)"
+    with pytest.raises(InvalidArgument, match=refused):
+        ServerTls(certs.server.cert_chain, str(encrypted)).context()
+    with pytest.raises(InvalidArgument, match=refused):
+        ClientTls(str(certs.ca), certs.server.cert_chain, str(encrypted)).context()
+    assert "pass phrase" not in capfd.readouterr().out.lower()

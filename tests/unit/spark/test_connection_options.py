@@ -59,6 +59,10 @@ def test_the_options_in_any_case() -> None:
         ({"tlsPrivateKey": "/c.key"}, "options 'tlsCertChain' and 'tlsPrivateKey' go together"),
         ({"token": TOKEN, "tokenFile": "/t"}, "give option 'token' or 'tokenFile', not both"),
         ({"token": "  "}, "option 'token' is empty"),
+        # gRPC refused these only once sent: INTERNAL "Invalid metadata" (found by a probe)
+        ({"token": f"{TOKEN}\u2019"}, "option 'token': a token is printable ASCII without"),
+        ({"token": "two words"}, "option 'token': a token is printable ASCII without"),
+        ({"token": f"{TOKEN}\x07"}, "option 'token': a token is printable ASCII without"),
         ({"token": TOKEN, "header.Authorization": "Bearer x"}, "both set the authorization"),
         ({"tokenFile": "/t", "header.authorization": "Bearer x"}, "both set the authorization"),
     ],
