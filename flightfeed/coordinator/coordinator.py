@@ -180,6 +180,7 @@ class Coordinator:
         feed_linger: float | None = None,
         keep_delivery_log: bool = True,
         delivery_log_limit: int | None = None,
+        delivery_log_bytes: int | None = None,
         metrics: MetricsStore | None = None,
         max_concurrent_queries: int | None = DEFAULT_MAX_CONCURRENT_QUERIES,
         max_queued_queries: int | None = None,
@@ -229,6 +230,7 @@ class Coordinator:
             linger=defaults.linger if feed_linger is None else feed_linger,
             keep_delivery_log=keep_delivery_log,
             delivery_log_limit=delivery_log_limit or defaults.delivery_log_limit,
+            delivery_log_bytes=delivery_log_bytes or defaults.delivery_log_bytes,
         )
         self.metrics = metrics if metrics is not None else MetricsStore()
         self.admission = Admission(max_concurrent_queries, max_queued_queries)
@@ -733,7 +735,10 @@ class Coordinator:
         dispatchers pull their providers themselves)."""
         if self.max_attempts < 2 or not self._dispatch.keep_delivery_log:
             return None
-        return FeedReplay(tg, log_limit=self._dispatch.delivery_log_limit)
+        dispatch = self._dispatch
+        return FeedReplay(
+            tg, log_limit=dispatch.delivery_log_limit, log_bytes=dispatch.delivery_log_bytes
+        )
 
     async def _run_attempt(
         self, runtime: QueryRuntime, root: ExecutionPlan, send: ObjectSendStream[_Item]

@@ -20,6 +20,7 @@ import betterproto2
 from ..concurrency import closing
 from ..errors import FeedError, FlightfeedError
 from ..feeds import (
+    DEFAULT_DELIVERY_LOG_BYTES,
     DEFAULT_DELIVERY_LOG_LIMIT,
     DEFAULT_LINGER_SECONDS,
     DEFAULT_MAX_BATCH_BYTES,
@@ -54,6 +55,7 @@ class DispatchOptions:
     linger: float = DEFAULT_LINGER_SECONDS
     keep_delivery_log: bool = True
     delivery_log_limit: int = DEFAULT_DELIVERY_LOG_LIMIT
+    delivery_log_bytes: int = DEFAULT_DELIVERY_LOG_BYTES
 
 
 async def run_task(
@@ -127,6 +129,7 @@ async def _run(
             linger=options.linger,
             keep_log=options.keep_delivery_log,
             log_limit=options.delivery_log_limit,
+            log_bytes=options.delivery_log_bytes,
             origin=TaskId.of(run.key).origin(),  # the provider runs here, not on the worker
             open_feed=runtime.replay.open if runtime.replay is not None else None,
             presumed_credits=run.feed_window,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .codec import DecodedBatch, DecodedRun, UnitRun, decode_batch, encode_batch
 from .dispatcher import (
+    DEFAULT_DELIVERY_LOG_BYTES,
     DEFAULT_DELIVERY_LOG_LIMIT,
     DEFAULT_LINGER_SECONDS,
     DEFAULT_MAX_BATCH_BYTES,
@@ -32,6 +33,7 @@ from .provider import WorkUnitFeedProvider
 from .registry import FeedRegistry
 
 __all__ = [
+    "DEFAULT_DELIVERY_LOG_BYTES",
     "DEFAULT_DELIVERY_LOG_LIMIT",
     "DEFAULT_CREDITS",
     "DEFAULT_LINGER_SECONDS",

@@ -83,6 +83,7 @@ class _Out:
         "log",
         "log_dropped",
         "logged",
+        "logged_bytes",
         "mark_sent",
         "partition",
         "pending_bytes",
@@ -119,6 +120,7 @@ class _Out:
         self.sent = 0
         self.log: list[tuple[list[bytes], list[int], int]] | None = [] if log else None
         self.logged = 0
+        self.logged_bytes = 0
         self.log_dropped = False  # went past the log limit: this partition cannot be replayed
         self.scope: anyio.CancelScope | None = None
 
@@ -132,6 +134,9 @@ class _Out:
 
 DEFAULT_DELIVERY_LOG_LIMIT = 100_000
 """Units logged per partition for replay; past it the log is dropped so memory stays bounded."""
+DEFAULT_DELIVERY_LOG_BYTES = 64 << 20
+"""Bytes of units logged per partition for replay: units that carry data (200 KB each) grew a
+coordinator by 4 GB in 12 s within the unit count, past anything the credits allow."""
 
 
 class FeedDispatcher:
@@ -148,6 +153,7 @@ class FeedDispatcher:
         linger: float = DEFAULT_LINGER_SECONDS,
         keep_log: bool = True,
         log_limit: int = DEFAULT_DELIVERY_LOG_LIMIT,
+        log_bytes: int = DEFAULT_DELIVERY_LOG_BYTES,
         packed: bool = True,
         origin: ErrorOrigin | None = None,
         open_feed: OpenFeed | None = None,
@@ -169,6 +175,7 @@ class FeedDispatcher:
         self._packed = packed
         self._open_feed = open_feed
         self._log_limit = log_limit
+        self._log_bytes = log_bytes
         self._feeds = dict(feeds)
         self._slots: dict[tuple[bytes, int], _Out] = {}
         for feed_id, (provider, partitions) in self._feeds.items():
@@ -388,7 +395,9 @@ class FeedDispatcher:
             slot.sent += len(bodies)
             if slot.log is not None:
                 slot.logged += len(bodies)
-                if slot.logged > self._log_limit:  # bounded memory beats replayability
+                slot.logged_bytes += sum(map(len, bodies))
+                if slot.logged > self._log_limit or slot.logged_bytes > self._log_bytes:
+                    # bounded memory beats replayability
                     slot.log = None
                     slot.log_dropped = True
                 else:
@@ -448,8 +457,9 @@ class FeedDispatcher:
         slot = self._slot(feed_id, partition)
         if slot.log_dropped:
             raise FeedError(
-                f"{slot}: delivery log dropped after {self._log_limit} units "
-                "(the partition cannot be replayed; raise the log limit to keep it)"
+                f"{slot}: delivery log dropped past {self._log_limit} units or"
+                f" {self._log_bytes} bytes (the partition cannot be replayed; raise the log"
+                " limits to keep it)"
             )
         if slot.log is None:
             raise FeedError(f"{slot}: no delivery log (partition finished or logging disabled)")

@@ -12,9 +12,10 @@ unit the provider gives. An attempt reads the partition from the log's start, th
 for more, never more than its worker's credit allows, so a stalled partition still stops its
 provider after the granted window.
 
-Memory: the log holds every unit of a partition until the query ends, up to `log_limit`; past
-it, units the current attempt has read are dropped and the partition cannot be replayed
-(`unreplayable` says which, so the query fails instead of retrying with units missing).
+Memory: the log holds every unit of a partition until the query ends, up to `log_limit` units
+and `log_bytes` bytes; past either, units the current attempt has read are dropped and the
+partition cannot be replayed (`unreplayable` says which, so the query fails instead of retrying
+with units missing).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from anyio.abc import TaskGroup
 
 from ..concurrency import Signal
 from ..errors import FeedError
+from .dispatcher import DEFAULT_DELIVERY_LOG_BYTES
 from .provider import WorkUnitFeedProvider, close_feed, encode_unit
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ class _PartitionLog:
         "ended",
         "error",
         "feed_id",
+        "nbytes",
         "partition",
         "trimmed",
         "units",
@@ -52,6 +55,7 @@ class _PartitionLog:
         self.feed_id = feed_id
         self.partition = partition
         self.units: list[bytes] = []
+        self.nbytes = 0  # of `units`
         self.base = 0  # the index of units[0]: units before it were dropped (log limit)
         self.trimmed = False
         self.wanted = 0  # the pump pulls while base + len(units) < wanted
@@ -86,11 +90,14 @@ class _PartitionLog:
 class FeedReplay:
     """The feed partitions of one query, pumped in `tg` (the query's, not an attempt's)."""
 
-    def __init__(self, tg: TaskGroup, *, log_limit: int) -> None:
-        if log_limit < 1:
-            raise ValueError("a replay log keeps at least one unit")
+    def __init__(
+        self, tg: TaskGroup, *, log_limit: int, log_bytes: int = DEFAULT_DELIVERY_LOG_BYTES
+    ) -> None:
+        if log_limit < 1 or log_bytes < 1:
+            raise ValueError("a replay log keeps at least one unit and one byte")
         self._tg = tg
         self._log_limit = log_limit
+        self._log_bytes = log_bytes
         self._logs: dict[tuple[bytes, int], _PartitionLog] = {}
 
     def open(
@@ -119,7 +126,7 @@ class FeedReplay:
     def unreplayable(self) -> list[str]:
         """The partitions a new attempt could not replay (their logs went past the limit)."""
         return [
-            f"{log} (its log kept {self._log_limit} units)"
+            f"{log} (its log went past {self._log_limit} units or {self._log_bytes} bytes)"
             for log in self._logs.values()
             if log.trimmed
         ]
@@ -134,14 +141,17 @@ class FeedReplay:
         while True:
             if index < log.base:
                 raise FeedError(
-                    f"{log}: {log.base} units were dropped from its replay log (limit"
-                    f" {self._log_limit}); this attempt cannot be given them again"
+                    f"{log}: {log.base} units were dropped from its replay log (limits"
+                    f" {self._log_limit} units, {self._log_bytes} bytes); this attempt cannot be"
+                    " given them again"
                 )
             if index < log.pulled:
                 yield log.units[index - log.base]
                 index += 1
-                if len(log.units) > self._log_limit:
-                    del log.units[: index - log.base]  # read by this attempt: bounded memory
+                if len(log.units) > self._log_limit or log.nbytes > self._log_bytes:
+                    read = log.units[: index - log.base]  # by this attempt: bounded memory
+                    del log.units[: index - log.base]
+                    log.nbytes -= sum(map(len, read))
                     log.base = index
                     log.trimmed = True
                 continue
@@ -177,6 +187,7 @@ class FeedReplay:
                     log.error = exc
                     return
                 log.units.append(body)
+                log.nbytes += len(body)
                 log.notify()
         finally:
             close_error = await close_feed(stream)

@@ -571,6 +571,24 @@ async def test_the_log_is_trimmed_once_it_holds_more_than_its_limit(
         tg.cancel_scope.cancel()
 
 
+async def test_past_its_bytes_a_partition_cannot_be_replayed() -> None:
+    """Its unit count alone bounded the log: units that carry data grew a coordinator by 4 GB
+    in 12 s (found by a probe)."""
+    provider = Recorder([bodies(0, 50), bodies(1, 3)])
+    budget = 8 * len(bodies(0, 1)[0])
+    async with anyio.create_task_group() as tg:
+        replay = FeedReplay(tg, log_limit=1000, log_bytes=budget)
+        assert await read(replay, provider, 0, credit=lambda: 1) == bodies(0, 50)  # unaffected
+        assert await read(replay, provider, 1, credit=lambda: 1) == bodies(1, 3)
+        (why,) = replay.unreplayable()
+        assert f"feed {A.hex()} partition 0 " in why
+        assert f"{budget} bytes" in why
+        with pytest.raises(FeedError, match="dropped from its replay log"):
+            await read(replay, provider, 0)
+        assert await read(replay, provider, 1) == bodies(1, 3)  # within the limit: replayed
+        tg.cancel_scope.cancel()
+
+
 async def test_a_log_limit_below_one_is_refused() -> None:
     async with anyio.create_task_group() as tg:
         with pytest.raises(ValueError, match="at least one unit"):
