@@ -191,6 +191,14 @@ class Conflict(FlightfeedError):
     code = "CONFLICT"
 
 
+class CredentialsRefused(FlightfeedError):
+    """A server this one calls (a worker) refused its credentials: a deployment's tokens do not
+    match, which the caller's own request cannot change."""
+
+    status = Status.FAILED_PRECONDITION
+    code = "CREDENTIALS_REFUSED"
+
+
 class RemoteError(FlightfeedError):
     """A failed call that carried no flightfeed error: a foreign server's status, or a lost
     connection (UNAVAILABLE)."""
@@ -226,6 +234,7 @@ ERROR_KINDS: dict[str, type[FlightfeedError]] = {
         Unimplemented,
         AlreadyExists,
         Conflict,
+        CredentialsRefused,
         Unauthenticated,
         Unavailable,
     )

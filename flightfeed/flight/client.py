@@ -327,7 +327,14 @@ class FlightClient:
             forget_wakeup_cancel(stream, task, baseline)
             if stream is not None and stream in _SURFACED:
                 return  # the caller already got this status where it read the stream's end
-            raise call_error(stream, exc, self.errors) from None
+            error = call_error(stream, exc, self.errors)
+            if isinstance(error, RemoteError) and isinstance(exc, StreamTerminatedError):
+                # (the server closed the connection: a TLS or mTLS refusal, a GOAWAY)
+                error = RemoteError(
+                    f"{method}: the connection to {self.location} was lost: {error.message}",
+                    grpc_status=error.grpc_status,
+                )
+            raise error from None
         except (ConnectionError, OSError) as exc:
             raise RemoteError(
                 f"{method}: cannot reach {self.location}: {exc}", grpc_status=Status.UNAVAILABLE

@@ -1,4 +1,5 @@
-"""The GetWorkerInfo check: a coordinator gives plans only to flightfeed workers of its version.
+"""The GetWorkerInfo check: a coordinator gives plans only to flightfeed workers of its version
+(and that take its token: a worker that refuses it is as unusable, CredentialsRefused).
 
 Plans and feeds are encoded without a schema version, so a mismatched worker could decode a
 plan wrongly instead of failing: refusing it up front gives one clear error instead. A port
@@ -7,11 +8,19 @@ that is something else (a plain Flight server, an HTTP server) is named as such.
 
 from __future__ import annotations
 
+from typing import Final
+
 from grpclib.const import Status
 
 from .._generated.flightfeed.v1 import GetWorkerInfoResponse
 from .._version import __version__
-from ..errors import ErrorOrigin, FlightfeedError, RemoteError, VersionMismatch
+from ..errors import (
+    CredentialsRefused,
+    ErrorOrigin,
+    FlightfeedError,
+    RemoteError,
+    VersionMismatch,
+)
 from .channel import WorkerChannel
 
 
@@ -42,6 +51,22 @@ async def checked_worker_info(
     return info
 
 
+REFUSED: Final = (Status.UNAUTHENTICATED, Status.PERMISSION_DENIED)
+"""What a worker answers a call whose credentials it does not take."""
+
+
+def refused_credentials(url: str, error: FlightfeedError, origin: ErrorOrigin) -> FlightfeedError:
+    """A worker at `url` refused a call's credentials: FAILED_PRECONDITION naming it (the
+    caller's own client is not at fault, a server's configuration is)."""
+    status = getattr(error, "grpc_status", error.status)
+    return CredentialsRefused(
+        f"{url} refused this caller's credentials ({status.name}: {error.message}): give the"
+        " coordinator (or the worker reading its peers) a token the worker accepts (the first"
+        " token of its --auth-token-file, worker_token, or peer_token)",
+        origin=origin,
+    )
+
+
 def _unusable(error: FlightfeedError, url: str, origin: ErrorOrigin) -> FlightfeedError:
     """What a failed GetWorkerInfo says about the peer."""
     status = getattr(error, "grpc_status", error.status)
@@ -50,6 +75,8 @@ def _unusable(error: FlightfeedError, url: str, origin: ErrorOrigin) -> Flightfe
             f"{url} is not a flightfeed worker: it does not serve GetWorkerInfo ({error.message})",
             origin=origin,
         )
+    if status in REFUSED:  # it answered: it does not take this caller's token
+        return refused_credentials(url, error, origin)
     if isinstance(error, RemoteError):  # no gRPC answer at all: down, or not gRPC
         return RemoteError(
             f"{url} did not answer GetWorkerInfo ({error.message}): is it a flightfeed worker, "

@@ -17,11 +17,12 @@ from contextlib import asynccontextmanager
 import pyarrow as pa
 
 from .._generated.flightfeed.v1 import RepartitionExecHead, TaskKey
-from ..errors import InvalidArgument
+from ..errors import ErrorOrigin, InvalidArgument, RemoteError
 from ..plan.partitioning import encode_partitioning
 from ..plan.stage_input import Copies, HashBuckets, OwnPartitions, ReadHead, StageInput
 from ..protocol import WorkerChannel, execute_task_request
 from ..protocol.inprocess import InProcessWorkerChannel
+from ..protocol.version import REFUSED, refused_credentials
 from .state import WorkerState
 
 
@@ -60,8 +61,13 @@ class WorkerStageReader:
             assert isinstance(head, OwnPartitions)
             request = execute_task_request(key, partitions.start, partitions.stop)
         channel = await self._channel(url)
-        async with channel.execute_task(request) as batches:
-            yield aiter(batches)
+        try:
+            async with channel.execute_task(request) as batches:
+                yield aiter(batches)
+        except RemoteError as exc:  # (the peer's own answer: it names no place)
+            if exc.grpc_status not in REFUSED:
+                raise
+            raise refused_credentials(url, exc, ErrorOrigin(worker_url=url)) from None
 
     async def _channel(self, url: str) -> WorkerChannel:
         endpoint = self._state.endpoint

@@ -36,7 +36,7 @@ from flightfeed._generated.remote_engine import (
 from flightfeed.cluster import serve
 from flightfeed.coordinator import Catalog, Coordinator
 from flightfeed.coordinator.resolver import StaticWorkerResolver
-from flightfeed.errors import FlightfeedError
+from flightfeed.errors import CredentialsRefused, FlightfeedError
 from flightfeed.flight.auth import BearerTokens, bearer
 from flightfeed.flight.client import FlightClient, parse_location
 from flightfeed.flight.grpc import HANDSHAKE_PATH
@@ -250,9 +250,15 @@ async def test_workers_and_coordinator_send_their_tokens(tmp_path: Path) -> None
     assert sorted(zip(got["k"].to_pylist(), got["s"].to_pylist(), strict=True)) == sorted(
         zip(expected["k"].to_pylist(), expected["v_sum"].to_pylist(), strict=True)
     )
-    with pytest.raises(FlightfeedError, match="bearer token"):
+    # A worker that refuses a caller's token is named, FAILED_PRECONDITION (a deployment's
+    # tokens do not match): it was INTERNAL with a traceback, "did not answer GetWorkerInfo",
+    # and a peer's refusal named the worker that called (found by a probe).
+    refused = (
+        r"grpc://127\.0\.0\.1:\d+ refused this caller's credentials \(UNAUTHENTICATED: .*bearer"
+    )
+    with pytest.raises(CredentialsRefused, match=refused):
         await run(TOKEN, None)  # the coordinator sends none
-    with pytest.raises(FlightfeedError, match="bearer token"):
+    with pytest.raises(CredentialsRefused, match=refused):
         await run(None, TOKEN)  # the workers' shuffle reads carry none
 
 

@@ -5,6 +5,7 @@ trustme, a test CA."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from helpers.worker_process import worker_process
 
 from flightfeed.coordinator import Coordinator
 from flightfeed.coordinator.resolver import StaticWorkerResolver
-from flightfeed.errors import FlightfeedError, InvalidArgument
+from flightfeed.errors import FlightfeedError, InvalidArgument, RemoteError
 from flightfeed.flight.client import FlightClient, parse_location
 from flightfeed.flight.connection_limits import ConnectionLimits
 from flightfeed.flight.tls import ClientTls, ServerTls
@@ -79,6 +80,16 @@ async def test_flightfeed_clients_check_the_server(certs: Certificates) -> None:
         async with FlightClient(worker.location, tls=untrusted) as client:
             with pytest.raises(FlightfeedError):  # the system's roots do not know the test CA
                 await client.list_actions()
+        # A server that closes the connection (mutual TLS without a client certificate,
+        # plaintext to TLS) was a bare "Connection lost", naming no call and no server.
+        plain = worker.location.replace("grpc+tls://", "grpc://")
+        no_certificate = ClientTls(str(certs.ca))
+        for location, tls in ((worker.location, no_certificate), (plain, None)):
+            async with FlightClient(location, tls=tls) as client:
+                where = re.escape(location)  # (the refusal may come while connecting)
+                lost = f"ListActions: (the connection to {where} was lost|cannot reach {where})"
+                with pytest.raises(RemoteError, match=lost):
+                    await client.list_actions()
 
 
 async def test_a_shuffled_query_over_mutual_tls_workers(

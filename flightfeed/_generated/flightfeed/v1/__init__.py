@@ -197,6 +197,11 @@ class ErrorCode(betterproto2.Enum):
     Arrow refused the values a plan computed on (a division by zero, a cast): the query's own.
     """
 
+    CREDENTIALS_REFUSED = 18
+    """
+    A server this one called (a worker) refused its credentials: the deployment's tokens differ.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -218,6 +223,7 @@ class ErrorCode(betterproto2.Enum):
             15: "ERROR_CODE_CONFLICT",
             16: "ERROR_CODE_UNAVAILABLE",
             17: "ERROR_CODE_DATA",
+            18: "ERROR_CODE_CREDENTIALS_REFUSED",
         }
 
     @classmethod
@@ -241,6 +247,7 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_CONFLICT": 15,
             "ERROR_CODE_UNAVAILABLE": 16,
             "ERROR_CODE_DATA": 17,
+            "ERROR_CODE_CREDENTIALS_REFUSED": 18,
         }
 
 
