@@ -1,7 +1,8 @@
 """The event loop's shared helpers: `off_loop`, which every layer uses to move CPU work off it,
 `read_ahead`, which runs a blocking source on a thread of its own, `Signal`, the wake-up
 every layer uses to wait for a change, `one_at_a_time`, for a stream with several senders, and
-`closing`, which closes an async stream in the task that read it.
+`closing`, which closes an async stream in the task that read it, and `cancelled_for_real`,
+which tells a cancellation from a CancelledError a user's function raised itself.
 
 A callback that runs long on the event loop stops every other stream the process serves, so
 decoding a large plan or control message, say, runs on a worker thread; small inputs stay
@@ -27,6 +28,14 @@ A = TypeVar("A")
 
 OFF_LOOP_THRESHOLD_BYTES: Final = 64 * 1024
 """Inputs at least this large are decoded or encoded on a worker thread."""
+
+
+def cancelled_for_real() -> bool:
+    """Whether the current task is being cancelled (by its cancel scope, its owner). A
+    CancelledError raised while it is not is a user function's own (it awaited a future that
+    something else cancelled): an error of that function, not a cancellation of the caller."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 async def off_loop(

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
+import anyio.to_thread
+
 from .context import WorkerQueryContext
 from .session import Session
 
@@ -19,13 +21,21 @@ class SessionBuilder(Protocol):
 
 
 class FunctionSessionBuilder:
-    """Adapts a function (async or not) to the SessionBuilder protocol."""
+    """Adapts a function (async or not) to the SessionBuilder protocol. A plain function runs
+    on a worker thread: it may block (read a file, call a service), and on the event loop it
+    held up every other request the worker serves."""
 
     def __init__(self, function: SessionBuilderFunction) -> None:
         self.function = function
+        call = type(function).__call__ if not inspect.isroutine(function) else function
+        # (an object whose __call__ is async is as async as a coroutine function)
+        self._is_async = inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
 
     async def build(self, ctx: WorkerQueryContext, /) -> Session:
-        result = self.function(ctx)
+        if self._is_async:
+            result = self.function(ctx)
+        else:
+            result = await anyio.to_thread.run_sync(self.function, ctx)
         if inspect.isawaitable(result):
             result = await result
         if not isinstance(result, Session):

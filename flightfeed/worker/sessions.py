@@ -10,7 +10,8 @@ from dataclasses import replace
 import anyio
 
 from .._generated.flightfeed.v1 import TaskKey
-from ..errors import ErrorOrigin, as_flightfeed_error
+from ..concurrency import cancelled_for_real
+from ..errors import ErrorOrigin, ExecutionError, as_flightfeed_error
 from ..flight.auth import AUTHORIZATION
 from ..plan.nodes import ParquetScan, ParquetScanCodec
 from ..protocol.channel import Headers
@@ -35,11 +36,20 @@ async def build_session(
     context = WorkerQueryContext(headers=headers, task_key=task_key)
     try:
         session = await state.session_builder.build(context)
-    except anyio.get_cancelled_exc_class():
-        raise
+    except anyio.get_cancelled_exc_class() as exc:
+        if cancelled_for_real():
+            raise
+        # (its own: the request waited for a plan that never came, then was NOT_FOUND)
+        raise _failed(f"raised {type(exc).__name__} itself", origin) from None
+    except SystemExit as exc:  # (it ended the worker)
+        raise _failed(f"called exit({exc.code!r})", origin) from None
     except Exception as exc:
         raise as_flightfeed_error(exc, SESSION_BUILDER).locate(origin) from exc
     return _with_parquet_roots(_within_pool(session, state), state.parquet_codec)
+
+
+def _failed(what: str, origin: ErrorOrigin) -> ExecutionError:
+    return ExecutionError(f"{SESSION_BUILDER} failed: it {what}", origin=origin)
 
 
 def _pairs(headers: Headers) -> list[tuple[str, str]]:

@@ -3,18 +3,27 @@ failed and where, with the original exception's class."""
 
 from __future__ import annotations
 
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
 import pytest
 
 from flightfeed.coordinator import Coordinator, StaticWorkerResolver
 from flightfeed.errors import ExecutionError, PlanDecodeError
 from flightfeed.examples.chunk_scan import (
     RemoteScan,
+    RemoteScanCodec,
     RemoteScanEstimator,
     chunk_coordinator_session,
     chunk_feed_registry,
     chunk_session_builder,
     scan,
 )
+from flightfeed.flight.client import FlightClient
 from flightfeed.plan import Coalesce
 from flightfeed.session import Session, WorkerQueryContext
 from flightfeed.testing import start_workers, wait_for_no_tasks
@@ -49,6 +58,55 @@ async def test_a_session_builder_error_names_the_builder_and_keeps_its_class() -
     assert error.origin.component == "session builder"
     assert error.origin.worker_url == worker.location
     assert error.origin.query_id
+
+
+async def builder_that_exits(ctx: WorkerQueryContext) -> Session:
+    raise SystemExit(3)  # a user's script's `sys.exit`, in a builder: it ended the worker
+
+
+async def builder_raising_cancelled(ctx: WorkerQueryContext) -> Session:
+    raise asyncio.CancelledError  # (what awaiting a future something else cancelled raises)
+
+
+@pytest.mark.parametrize(
+    ("builder", "says"),
+    [
+        (builder_that_exits, "session builder failed: it called exit(3)"),
+        (builder_raising_cancelled, "session builder failed: it raised CancelledError itself"),
+    ],
+)
+async def test_a_session_builder_that_exits_or_raises_cancelled_fails_its_query_only(
+    builder: Callable[[WorkerQueryContext], Awaitable[Session]], says: str
+) -> None:
+    """A builder's SystemExit stopped the worker; its own CancelledError left the request
+    waiting for a plan, then NOT_FOUND (found by a probe)."""
+    async with start_workers(1, session_builder=builder) as (worker,):
+        async with coordinator(worker.location) as c:
+            with anyio.fail_after(5), pytest.raises(ExecutionError, match=re.escape(says)):
+                await c.collect(Coalesce(scan(1, "3", "2")))
+        await wait_for_no_tasks([worker])
+        async with FlightClient(worker.location) as client:  # (still serving)
+            assert await client.list_actions()
+
+
+async def test_a_blocking_session_builder_runs_off_the_event_loop() -> None:
+    """A plain function blocked the worker's event loop, and every other request with it (the
+    loop guard fails a test for a stall)."""
+    threads: list[bool] = []
+
+    def slow(ctx: WorkerQueryContext) -> Session:
+        threads.append(threading.current_thread() is not threading.main_thread())
+        time.sleep(0.6)  # (a blocking call: a file, a service)
+        return ctx.builder.with_codec(RemoteScanCodec()).build()
+
+    async with (
+        start_workers(1, session_builder=slow) as (worker,),
+        coordinator(worker.location) as c,
+    ):
+        table = await c.collect(Coalesce(scan(1, "3", "2")))
+    assert table.num_rows == 5
+    assert threads
+    assert all(threads)
 
 
 async def test_a_plan_the_worker_cannot_decode_says_so_and_where() -> None:
