@@ -41,7 +41,7 @@ from .._generated.flightfeed.v1 import (
     TableRef,
     TableTicket,
 )
-from ..errors import InvalidArgument, Unimplemented
+from ..errors import InvalidArgument, ResourceExhausted, Unimplemented
 from ..flight.client import path_descriptor
 from ..flight.schema import schema_to_ipc
 from ..flight.server import PutResultWriter
@@ -50,6 +50,7 @@ from ..messages import parse_strict
 from ..plan.base import closing
 from ..plan.expr_proto import expr_from_proto
 from ..table_names import TABLE_ID_METADATA
+from .decode_budget import dictionary_expansion
 from .engine import TableEngine, TableRead
 from .predicate import split_predicates
 from .schema import TableSchema
@@ -62,7 +63,12 @@ TABLE_COMMAND_VERSION: Final = 1
 MAX_PARTITIONS: Final = 1024
 OPEN_END: Final = 1 << 62
 STAGE_ROWS: Final = 65_536
-"""DoPut stages rows in chunks of at least this many (one transaction each)."""
+"""DoPut stages rows in chunks of at least this many (one transaction each)..."""
+STAGE_BYTES: Final = 256 << 20
+"""...or of this many bytes, dictionaries counted as their values."""
+MAX_STAGE_EXPANSION: Final = 2 << 30
+"""Bytes one DoPut batch's dictionary columns may decode to (as much as a batch may take
+decoded, `max_decoded_size`)."""
 
 CREATE_TABLE: Final = "create_table"
 DROP_TABLE: Final = "drop_table"
@@ -378,21 +384,29 @@ async def _stage_stream(
     """Stages every batch of the stream, in chunks, into table `table_id` (refused if `name`
     names another table now); returns the rows staged."""
     pending: list[pa.RecordBatch] = []
-    pending_rows = 0
+    pending_rows = pending_bytes = 0
     total = 0
 
     async def flush() -> None:
-        nonlocal pending, pending_rows, total
+        nonlocal pending, pending_rows, pending_bytes, total
         if pending:
             total += await engine.stage(
                 name, job, partition, attempt, pa.Table.from_batches(pending), table_id=table_id
             )
-            pending, pending_rows = [], 0
+            pending, pending_rows, pending_bytes = [], 0, 0
 
     async for batch in reader:
+        expansion = dictionary_expansion(batch)  # (what staging decodes it to, besides)
+        if expansion > MAX_STAGE_EXPANSION:
+            raise ResourceExhausted(
+                f"a DoPut batch's dictionary columns decode to {expansion} bytes as the table"
+                f" stores them, over the limit of {MAX_STAGE_EXPANSION}: send their values, or"
+                " smaller batches"
+            )
         pending.append(batch)
         pending_rows += batch.num_rows
-        if pending_rows >= STAGE_ROWS:
+        pending_bytes += batch.nbytes + expansion
+        if pending_rows >= STAGE_ROWS or pending_bytes >= STAGE_BYTES:
             await flush()
     await flush()
     return total

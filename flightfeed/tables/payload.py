@@ -22,7 +22,7 @@ from .._generated.storage import ArrowPayload, ArrowPayloadCompression
 from ..errors import InvalidArgument
 from ..flight.ipc import Buffer, WriteOnlyFile
 from ..plan.arrow_ipc import decoded_stream_bytes, read_ipc_stream
-from .decode_budget import DecodeBudget
+from .decode_budget import DecodeBudget, dictionary_expansion
 
 _ZSTD_MAGIC: Final = 0xFD2FB528
 _CODEC: Final = pa.Codec("zstd", compression_level=1)
@@ -138,6 +138,8 @@ def decode_payload(payload: ArrowPayload, *, budget: DecodeBudget) -> list[pa.Re
         spent = len(data) if zstd else 0
         budget.spend(max(0, decoded_stream_bytes(data, what) - spent), what)
         _, found = read_ipc_stream(data, what, max_decoded_bytes=None)
+        for batch in found:  # (a table stores a dictionary's values, each time it is used)
+            budget.spend(dictionary_expansion(batch), f"{what} (its dictionaries as values)")
         batches.extend(found)
     return batches
 

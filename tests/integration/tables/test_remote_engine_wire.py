@@ -387,6 +387,35 @@ async def test_zstd_elements_are_limited_together_before_any_is_decompressed(
         await client.write_ok("cpu", SAMPLE)  # and the worker writes on
 
 
+async def test_dictionaries_are_counted_as_the_values_a_write_stores(
+    seed: SeedProtos, tmp_path: Path
+) -> None:
+    """A 1 MB Write of one 1 MiB dictionary value and 3,000 indices took a worker to 3 GB
+    before Arrow refused it: the budget counted the bytes sent, and storing a dictionary
+    decodes it (found by a probe). Here a worker of 1 MiB messages (4 MiB a write), and 100 KB
+    sent that decode to 6.4 MB."""
+    config = WorkerConfig(data_dir=str(tmp_path))
+    async with serving(seed, config, max_message_size=1 << 20) as (worker, client):
+        await create(worker, "cpu", CPU, tags=["host"])
+        rows = 100
+        host = pa.DictionaryArray.from_arrays(
+            pa.array([0] * rows, pa.int8()), pa.array(["h" * 64_000])
+        )
+        bomb = cpu_rows(ts=list(range(rows)), host=["x"] * rows, v=[1.0] * rows, n=[1] * rows)
+        bomb = bomb.set_column(1, pa.field("host", host.type, nullable=False), host)
+        response = await client.write("cpu", bomb)
+        assert response.header.code == BAD_REQUEST
+        assert "ArrowPayload element 0 (its dictionaries as values) decodes to 6400" in (
+            response.header.error
+        )
+        assert "over the worker's limit of 4194304 bytes for one write" in response.header.error
+        few = bomb.slice(0, 10)  # 640 KB as values: within the limit, and written
+        await client.write_ok("cpu", few)
+        _, got = await client.read("cpu")
+        assert got.num_rows == 10
+        assert set(got.column("host").to_pylist()) == {"h" * 64_000}
+
+
 async def test_write_batch_commits_every_table(cpu: tuple[Worker, Client]) -> None:
     worker, client = cpu
     await create(worker, "mem", MEM)

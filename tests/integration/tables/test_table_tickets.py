@@ -265,3 +265,37 @@ def test_a_commit_of_a_bad_series_is_refused_and_publishes_nothing(
             list(client.do_action(flight.Action("commit_staged", bytes(commit))))
         (endpoint,) = client.get_flight_info(flight.FlightDescriptor.for_path(name)).endpoints
         assert client.do_get(endpoint.ticket).read_all().num_rows == ROWS.num_rows
+
+
+def test_a_doput_whose_dictionaries_decode_past_the_limit_is_refused_and_writes_nothing(
+    capsys: pytest.CaptureFixture[str], worker: str
+) -> None:
+    """A 1 MB DoPut of one 1 MiB dictionary value and 3,000 indices took the worker to 3 GB
+    before Arrow refused it: staging counted rows, and storing a dictionary decodes it (found
+    by a probe). 2,100 indices decode to 2.2 GB, past the 2 GiB one batch may take."""
+    create_with_rows(capsys, worker, "bombed")
+    count = 2_100
+    host = pa.DictionaryArray.from_arrays(
+        pa.array([0] * count, pa.int16()), pa.array(["h" * (1 << 20)])
+    )
+    rows = pa.table(
+        {
+            "ts": pa.array(range(count), pa.timestamp("ms")),
+            "host": host,
+            "v": pa.array([0.5] * count),
+        }
+    )
+
+    def put() -> None:
+        with flight.connect(worker) as client:
+            writer, reader = client.do_put(flight.FlightDescriptor.for_path("bombed"), rows.schema)
+            writer.write_table(rows)
+            writer.done_writing()
+            reader.read()
+            writer.close()
+
+    refused = "RESOURCE_EXHAUSTED.*dictionary columns decode to 2202026400 bytes"
+    with pytest.raises(pa.ArrowException, match=refused):
+        put()
+    code, out, _ = tables(capsys, "count", "--worker", worker, "bombed")
+    assert (code, out.strip()) == (0, str(ROWS.num_rows))  # nothing of it was written
