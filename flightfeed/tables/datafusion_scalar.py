@@ -131,7 +131,13 @@ def arrow_type(message: ArrowType | None) -> pa.DataType:
         if not pa.types.is_integer(key):
             raise InvalidArgument(f"a dictionary's keys are integers, not {key}")
         return pa.dictionary(key, item)
-    raise InvalidArgument(f"DataFusion type {member or 'none set'!r} is not supported here")
+    if not member:  # (a field number this protocol does not define, or none at all)
+        raise InvalidArgument(
+            "a DataFusion type this worker does not know: one DataFusion added after the"
+            " version HoraeDB speaks (33), such as Utf8View, which a newer DataFusion casts"
+            " VARCHAR to (cast to Utf8 instead)"
+        )
+    raise InvalidArgument(f"DataFusion type {member!r} is not supported here")
 
 
 def scalar(message: ScalarValue | None) -> pa.Scalar:

@@ -326,6 +326,9 @@ REFUSED: Final = {
     "arrow_cast(v, 'Utf8') = '1.0'": "cast of double to a string is not supported in a predicate",
     "v || 'x' = '1.0x'": "cast of double to a string is not supported",
     "arrow_cast(ts, 'Utf8') LIKE '1970%'": r"cast of timestamp\[ms\] to a string is not supported",
+    # this DataFusion casts to VARCHAR as Utf8View, which DataFusion 33's protocol has no
+    # number for: it was "DataFusion type 'none set'" (found by a probe)
+    "CAST(n AS VARCHAR) || 'x' = '1x'": "a DataFusion type this worker does not know: .*Utf8View",
 }
 
 
