@@ -30,10 +30,17 @@ from .._generated.flightfeed.v1 import (
     WorkUnit,
     WorkUnitBatch,
 )
+from ..concurrency import cancelled_for_real
 from ..errors import ErrorOrigin, FeedError, InvalidArgument, as_flightfeed_error
 from ..protocol.errors import to_detail
 from .codec import UnitRun, encode_batch
-from .provider import WorkUnitFeedProvider, close_feed, encode_unit, provider_metrics
+from .provider import (
+    WorkUnitFeedProvider,
+    cancelled_by_itself,
+    close_feed,
+    encode_unit,
+    provider_metrics,
+)
 
 if TYPE_CHECKING:
     from ..plan.base import TaskContext
@@ -252,6 +259,10 @@ class FeedDispatcher:
                     await self._pull_units(slot, stream)
                 except Exception as exc:
                     self._provider_failed(slot, exc)
+                except anyio.get_cancelled_exc_class():
+                    if cancelled_for_real():
+                        raise
+                    self._provider_failed(slot, cancelled_by_itself(slot))
                 finally:
                     close_error = await close_feed(stream)
                     if close_error is not None:

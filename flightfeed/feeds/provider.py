@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, cast
 import anyio
 import betterproto2
 
+from ..errors import FeedError
 from ..messages import parse_strict
 from ..protoencode import encode_message
 
@@ -81,6 +82,13 @@ def unit_decoder(unit_type: type[U]) -> Callable[[bytes], U] | None:
 def _finished_generator(stream: object) -> bool:
     """An async generator that returned or raised: its frame is gone and `aclose` is a no-op."""
     return isinstance(stream, AsyncGeneratorType) and stream.ag_frame is None
+
+
+def cancelled_by_itself(what: object) -> FeedError:
+    """A provider raised CancelledError while nothing cancelled it (it awaited a future that
+    something else cancelled, a client library's own timeout): its error, as any other is.
+    Taken for a cancellation, it failed the query as "the coordinator closed"."""
+    return FeedError(f"{what}: the feed provider raised CancelledError while not cancelled")
 
 
 async def close_feed(stream: object) -> Exception | None:

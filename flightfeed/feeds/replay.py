@@ -23,12 +23,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from anyio.abc import TaskGroup
 
-from ..concurrency import Signal
+from ..concurrency import Signal, cancelled_for_real
 from ..errors import FeedError
 from .dispatcher import DEFAULT_DELIVERY_LOG_BYTES
-from .provider import WorkUnitFeedProvider, close_feed, encode_unit
+from .provider import WorkUnitFeedProvider, cancelled_by_itself, close_feed, encode_unit
 
 if TYPE_CHECKING:
     from ..plan.base import TaskContext
@@ -185,6 +186,11 @@ class FeedReplay:
                     return
                 except Exception as exc:  # the provider's, or a unit it cannot send
                     log.error = exc
+                    return
+                except anyio.get_cancelled_exc_class():
+                    if cancelled_for_real():
+                        raise
+                    log.error = cancelled_by_itself(log)
                     return
                 log.units.append(body)
                 log.nbytes += len(body)

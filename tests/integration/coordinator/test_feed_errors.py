@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -58,6 +60,42 @@ async def test_a_provider_error_reaches_the_caller_with_its_message(at_unit: int
     assert metrics.status == "failed"
     assert "page 7 expired" in (metrics.error or "")
     assert 2 in provider.closed
+
+
+class CancelledByItself:
+    """Partition 1 raises CancelledError after one unit, while nothing cancels it (a client
+    library's own timeout leaking one)."""
+
+    unit_type = bytes
+    partitions = 2
+
+    async def _units(self, partition: int) -> AsyncIterator[bytes]:
+        yield b"a"
+        if partition == 1:
+            raise asyncio.CancelledError
+        yield b"b"
+
+    def feed(self, partition: int, ctx: object) -> AsyncIterator[bytes]:
+        return self._units(partition)
+
+
+@pytest.mark.parametrize("attempts", [1, 3], ids=["pulled by its task", "replayable"])
+async def test_a_provider_raising_cancelled_itself_fails_its_query_naming_it(
+    attempts: int,
+) -> None:
+    """It was taken for a cancellation: the query failed with "the coordinator closed", the
+    coordinator open and answering the next query (found by a probe)."""
+    async with feed_cluster(1, max_attempts=attempts) as (coordinator, workers):
+        with anyio.fail_after(10), pytest.raises(FeedError) as info:
+            await coordinator.collect(Coalesce(unit_scan(CancelledByItself())))
+        assert "partition 1: the feed provider raised CancelledError while not cancelled" in (
+            str(info.value)
+        )
+        assert "coordinator closed" not in str(info.value)
+        with anyio.fail_after(5):
+            await wait_for_no_tasks(workers)
+        rows = await coordinator.collect(Coalesce(unit_scan(UnitProvider([2, 3]))))
+        assert rows.num_rows == 5
 
 
 async def test_a_feed_the_planner_cannot_find_fails_on_the_worker_not_silently() -> None:
