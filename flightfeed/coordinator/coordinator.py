@@ -725,9 +725,10 @@ class Coordinator:
             return await self._prepare(
                 plan, runtime.query_id, runtime.headers, runtime.metrics, attempt=len(failures)
             )
-        except Exception as exc:
-            failures.append(AttemptFailure(len(failures), (), as_flightfeed_error(exc)))
-            runtime.failure = final_error(runtime.query_id, failures, "no retry could be planned")
+        except Exception as exc:  # (not an attempt: the error says so, and its metrics agree)
+            error = as_flightfeed_error(exc)
+            why = f"no retry could be planned: {type(error).__name__}: {error.message}"
+            runtime.failure = final_error(runtime.query_id, failures, why)
             return None
 
     def _replay(self, tg: TaskGroup) -> FeedReplay | None:

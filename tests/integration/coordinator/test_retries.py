@@ -248,6 +248,35 @@ async def test_retries_are_bounded_and_the_final_error_names_every_attempt() -> 
             assert stream.metrics.status == "failed"
 
 
+async def test_a_retry_that_cannot_be_planned_is_not_counted_as_an_attempt() -> None:
+    """Its only worker killed, the query said it "failed after 2 attempt(s)", one of them the
+    planning of a retry that never ran, while its metrics listed one (found by a probe)."""
+    with ExitStack() as stack:
+        proc, url = await anyio.to_thread.run_sync(
+            stack.enter_context, worker_process(*SESSION_BUILDER)
+        )
+        provider = running_feed()
+        options = unit_coordinator_options(tasks=1)
+        async with Coordinator(StaticWorkerResolver([url]), **options) as coordinator:
+            stream = coordinator.execute(shuffled_count(provider))
+
+            async def kill_once_running() -> None:
+                await pulled(provider, 100)
+                proc.kill()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(kill_once_running)
+                with pytest.raises(FlightfeedError) as info:
+                    await read_all(stream)
+    message = str(info.value)
+    assert "failed after 1 attempt(s) (no retry could be planned: Unavailable: no worker" in (
+        message
+    )
+    assert f"lost {url}" in message
+    assert stream.metrics is not None
+    assert len(stream.metrics.failed_attempts) == 1
+
+
 async def test_an_error_of_the_query_itself_is_not_retried() -> None:
     provider = UnitProvider([5, 5], fail_at={1: (2, "the source is corrupt")})
     async with start_cluster(
