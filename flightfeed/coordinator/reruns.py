@@ -18,6 +18,7 @@ and memory is bounded: the oldest queries are forgotten first.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -42,14 +43,15 @@ Hold = Callable[[FlightDescriptor, Mapping[str, str]], Awaitable[HeldQuery]]
 
 @dataclass(eq=False)
 class _Asked:
-    """A query as it was asked for, and its latest run."""
+    """A query as it was asked for, and its latest run: weakly, as a run holds its tasks'
+    encoded plans (a MemoryScan's rows among them), and once it ended nothing else does."""
 
     descriptor: FlightDescriptor
     headers: Mapping[str, str]
     shape: tuple[int, int]
     schema: pa.Schema
     size: int
-    latest: HeldQuery
+    latest: weakref.ref[HeldQuery]
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
@@ -76,17 +78,21 @@ class Reruns:
         if size > self.max_bytes or self.max_queries == 0:
             return
         self._asked[held.query_id] = _Asked(
-            descriptor, dict(headers), _shape(held), held.schema, size, held
+            descriptor, dict(headers), _shape(held), held.schema, size, weakref.ref(held)
         )
         self._bytes += size
         while len(self._asked) > self.max_queries or self._bytes > self.max_bytes:
             _, oldest = self._asked.popitem(last=False)
             self._bytes -= oldest.size
 
+    def __contains__(self, query_id: object) -> bool:
+        return query_id in self._asked
+
     def latest(self, query_id: bytes) -> HeldQuery | None:
-        """The latest run of query `query_id`, released or not (None: not remembered)."""
+        """The latest run of query `query_id`, released or not; None when it is not
+        remembered, or its latest run ended and is gone."""
         asked = self._asked.get(query_id)
-        return None if asked is None else asked.latest
+        return None if asked is None else asked.latest()
 
     async def rerun(self, query_id: bytes, hold: Hold) -> HeldQuery | None:
         """A run of query `query_id` that is not released: its latest, or a new one `hold`
@@ -97,8 +103,9 @@ class Reruns:
             return None
         self._asked.move_to_end(query_id)  # (read again: the last to forget)
         async with asked.lock:
-            if not asked.latest.released:
-                return asked.latest
+            latest = asked.latest()
+            if latest is not None and not latest.released:
+                return latest
             held = await hold(asked.descriptor, asked.headers)
             shape = _shape(held)
             if shape != asked.shape or not held.schema.equals(asked.schema):
@@ -111,7 +118,7 @@ class Reruns:
                     f"query {query_id.hex()} was released, and run again it has another"
                     f" shape ({now}; its readers planned for {was}): run it anew"
                 )
-            asked.latest = held
+            asked.latest = weakref.ref(held)
             return held
 
 

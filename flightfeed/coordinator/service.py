@@ -297,11 +297,11 @@ class CoordinatorService(FlightHandler):
         key = task_id(task.task_key)  # (checked: a ticket off the network)
         query_id = key.query_id
         number, partition = key.task_number, task.target_partition_start
-        held = self.reruns.latest(query_id) or self._held.get(query_id)  # (its latest run)
-        if (
-            held is not None
-            and held.runtime.failure is None
-            and (held.released or held.query_id != query_id)
+        remembered = query_id in self.reruns
+        held = self.reruns.latest(query_id) if remembered else self._held.get(query_id)
+        if remembered and (
+            held is None  # (its latest run ended and is gone)
+            or (held.runtime.failure is None and (held.released or held.query_id != query_id))
         ):  # a reader of a planned read (Spark's DataFrame) whose query was released
             rerun = await self.reruns.rerun(query_id, self._hold_again)
             if rerun is not None:

@@ -3,6 +3,7 @@ query's schema and FlightInfo, and reads every endpoint straight from the worker
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -238,6 +239,12 @@ async def test_a_released_querys_endpoints_are_read_from_one_new_run_of_it() -> 
         info, first = await in_thread(read_query, cluster.location, table_command("units", [4, 5]))
         with anyio.fail_after(10):
             await wait_for_no_tasks(cluster.workers)  # read to its end: released
+            await cluster.coordinator.metrics[bytes(info.app_metadata)].wait_finished()
+        cluster.service.held  # (it forgets released queries)  # noqa: B018
+        gc.collect()
+        # Remembered without the run itself: a run holds its tasks' encoded plans.
+        assert bytes(info.app_metadata) in cluster.service.reruns
+        assert cluster.service.reruns.latest(bytes(info.app_metadata)) is None
         old = info.endpoints[0]
         with pytest.raises(pa.ArrowKeyError, match="released by its coordinator"):
             await in_thread(read_ticket, old.locations[0].uri.decode(), old.ticket.ticket)
