@@ -12,7 +12,8 @@ turn; the next reader then starts another.
 
 A run must have the shape the reader planned for: as many tasks, partitions per task and the
 same schema. A cluster that lost a worker may plan fewer tasks; the reader is then told to
-define its DataFrame again. Stream micro-batches are not remembered (Spark plans each afresh),
+define its DataFrame again, and so is every reader of that query asking for a minute after,
+without another run. Stream micro-batches are not remembered (Spark plans each afresh),
 and memory is bounded: the oldest queries are forgotten first.
 """
 
@@ -37,6 +38,10 @@ MAX_BYTES: Final = 64 << 20
 """Bytes of descriptors and headers remembered at most (a TableQuery may carry pushed
 filters with long literals)."""
 
+REFUSED_FOR: Final = 60.0
+"""Seconds the readers of a query whose new run had another shape are told so without
+another run: each of its endpoints asks (a Spark query's every task, and their retries)."""
+
 Hold = Callable[[FlightDescriptor, Mapping[str, str]], Awaitable[HeldQuery]]
 """Start a query (its descriptor, with its caller's headers) as the service does."""
 
@@ -53,6 +58,8 @@ class _Asked:
     size: int
     latest: weakref.ref[HeldQuery]
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    refused: tuple[float, NotFound] | None = None
+    """When a new run last had another shape, and what its readers were told."""
 
 
 class Reruns:
@@ -106,6 +113,8 @@ class Reruns:
             latest = asked.latest()
             if latest is not None and not latest.released:
                 return latest
+            if asked.refused is not None and anyio.current_time() < asked.refused[0] + REFUSED_FOR:
+                raise asked.refused[1]  # (every reader of that query asks: one run said it)
             held = await hold(asked.descriptor, asked.headers)
             shape = _shape(held)
             if shape != asked.shape or not held.schema.equals(asked.schema):
@@ -114,10 +123,13 @@ class Reruns:
                 was = f"{asked.shape[0]} of {asked.shape[1]}"
                 if shape == asked.shape:
                     now, was = f"columns {_columns(held.schema)}", _columns(asked.schema)
-                raise NotFound(
+                refused = NotFound(
                     f"query {query_id.hex()} was released, and run again it has another"
                     f" shape ({now}; its readers planned for {was}): run it anew"
                 )
+                asked.refused = (anyio.current_time(), refused)
+                raise refused
+            asked.refused = None
             asked.latest = weakref.ref(held)
             return held
 

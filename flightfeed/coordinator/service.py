@@ -67,7 +67,7 @@ from .catalog import Catalog
 from .coordinator import Coordinator
 from .held import DEFAULT_GRACE, DEFAULT_TTL, Endpoint, HeldQuery
 from .reruns import Reruns
-from .streams import FeedStream, stream_key
+from .streams import FeedStream, stream_id, stream_key
 from .table_query import ParsedTableQuery, parse_table_query, query_plan
 
 RELEASE_ACTION: Final = "release"
@@ -194,6 +194,12 @@ class CoordinatorService(FlightHandler):
         """The plan's feeds served from its stream's log: exactly the units in range."""
         assert query.units is not None
         stream = self.coordinator.streams.get(query.units.stream)
+        if stream.stream_id != stream_id(query.table, query.arguments):
+            raise InvalidArgument(
+                f"the stream {stream.stream_id} was opened for another table or other arguments"
+                f" than this query's ({query.table}): read a stream with the table and"
+                " arguments it was opened for"
+            )
         stream.check_incarnation(query.units.incarnation or None, "the micro-batch's offsets")
         feeds = self.coordinator.planner.feeds_in(plan)
         slices = stream.providers(query.units.start, query.units.end)

@@ -50,6 +50,9 @@ DEFAULT_READER_TTL: Final = 600.0
 """Seconds a named reader's position holds units back after it was last heard from."""
 MAX_READERS: Final = 1024
 """Named readers a stream keeps at once (their names come off the network)."""
+DEFAULT_MAX_STREAMS: Final = 256
+"""Streams a coordinator keeps open at once: each runs its table's providers and logs up to
+`max_backlog` units a partition (60 opened with distinct arguments grew one by 300 MB)."""
 
 Offsets = dict[str, int]
 
@@ -298,15 +301,25 @@ class FeedStream:
         except Exception as exc:  # the stream reports it; the others go on
             log.error = exc
         finally:
+            if not log.ended and log.error is None:  # closed (idle, opened again, shut down):
+                # its waiters look at `error` (they spun on `grown`, set for good, at 100% CPU)
+                log.error = FeedError(f"stream {self.stream_id} was closed")
             log.grown.set()
 
 
 class StreamRegistry:
     """The open streams of a coordinator, by id; each runs in `background` until closed."""
 
-    def __init__(self, registry: FeedRegistry | None, session: PlanSession) -> None:
+    def __init__(
+        self,
+        registry: FeedRegistry | None,
+        session: PlanSession,
+        *,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+    ) -> None:
         self._registry = registry
         self._session = session
+        self.max_streams = max_streams
         self._streams: dict[str, FeedStream] = {}
 
     def open(
@@ -324,6 +337,12 @@ class StreamRegistry:
             del self._streams[found_id]
         if self._registry is None:
             raise InvalidArgument("the coordinator has no FeedRegistry: no table can stream")
+        if len(self._streams) >= self.max_streams:
+            raise ResourceExhausted(
+                f"{len(self._streams)} streams are open, the most this coordinator keeps"
+                f" ({self.max_streams}): a stream nobody asks about is closed after its idle"
+                " time"
+            )
         feeds = self._registry.feeds_in(plan)
         stream = FeedStream(found_id, plan, feeds, max_backlog=max_backlog)
         self._streams[found_id] = stream

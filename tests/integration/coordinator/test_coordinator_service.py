@@ -289,14 +289,26 @@ async def test_a_rerun_planned_to_another_shape_tells_its_reader_to_plan_anew() 
         with anyio.fail_after(10):
             await wait_for_no_tasks(cluster.workers)
         body = relocate_body(info.endpoints[0])
-        with pytest.raises(
-            pa.ArrowKeyError,
-            match=r"run again it has another shape \(2 task\(s\) of 2 partition\(s\); its"
-            r" readers planned for 2 of 1\): run it anew",
-        ):
+        refused = (
+            r"run again it has another shape \(2 task\(s\) of 2 partition\(s\); its readers"
+            r" planned for 2 of 1\): run it anew"
+        )
+        with pytest.raises(pa.ArrowKeyError, match=refused):
             await in_thread(act, cluster.location, "relocate", body)
         with anyio.fail_after(10):
             await wait_for_no_tasks(cluster.workers)  # (the rerun refused is released)
+        planned = calls
+        # Every endpoint asks (a Spark query's every task): each started a run of its own, and
+        # released it (found by a probe). They are told what the one run said.
+        async with anyio.create_task_group() as readers:
+            for endpoint in info.endpoints:
+                readers.start_soon(refused_relocate, cluster.location, endpoint, refused)
+        assert calls == planned
+
+
+async def refused_relocate(location: str, endpoint: fl.FlightEndpoint, refused: str) -> None:
+    with pytest.raises(pa.ArrowKeyError, match=refused):
+        await in_thread(act, location, "relocate", relocate_body(endpoint))
 
 
 @pytest.mark.parametrize("remembered", [0, 1])

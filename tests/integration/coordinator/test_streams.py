@@ -185,6 +185,62 @@ async def test_stream_wait_on_a_live_feed_gives_up_at_its_timeout() -> None:
             await anyio.to_thread.run_sync(action, cluster.location, "stream_wait", b"{}")
 
 
+async def test_a_wait_on_a_stream_closed_meanwhile_returns_at_once_saying_so() -> None:
+    """A closed stream's pull loops left its `grown` event set for good, and a stream_wait
+    spun on it at 100% CPU until its timeout (found by a probe)."""
+    name = uuid.uuid4().hex
+    async with service() as cluster:
+        opened = await anyio.to_thread.run_sync(
+            action, cluster.location, "stream_open", table_command("live", [name, 2])
+        )
+        stream = cluster.coordinator.streams.get(str(opened["stream"]))
+        with anyio.fail_after(10):  # (before: the whole timeout, spinning)
+            async with anyio.create_task_group() as tg:
+
+                async def close_once_waited() -> None:
+                    await anyio.wait_all_tasks_blocked()  # (the wait below waits)
+                    cluster.coordinator.streams.close_idle(0)  # as its idle time does
+
+                tg.start_soon(close_once_waited)
+                await stream.wait_ended()  # what stream_wait awaits
+        with pytest.raises(FeedError, match=f"stream {stream.stream_id} was closed"):
+            stream.latest()  # what stream_wait answers then
+
+
+async def test_a_micro_batch_of_a_stream_opened_for_other_arguments_is_refused() -> None:
+    """Its feed count was all that was compared: a query of other arguments read the stream's
+    units of its own partitions and dropped the others, without an error (found by a probe)."""
+    async with service() as cluster:
+        opened = await anyio.to_thread.run_sync(
+            action, cluster.location, "stream_open", table_command("counted", [3])
+        )
+        other = UnitRange(str(opened["stream"]), {}, {"0:0": 1, "0:1": 1})
+        two: list[int | float | str | bool] = [2]
+        with pytest.raises(pa.ArrowInvalid, match="opened for another table or other arguments"):
+            await anyio.to_thread.run_sync(read_range, cluster.location, "counted", two, other)
+
+
+async def test_a_coordinator_keeps_a_bounded_number_of_streams_open() -> None:
+    """Every stream_open of other arguments started one more, without a limit: 60 grew a
+    coordinator by 300 MB (found by a probe)."""
+    async with service() as cluster:
+        cluster.coordinator.streams.max_streams = 3
+        for per_partition in range(3):
+            await anyio.to_thread.run_sync(
+                action, cluster.location, "stream_open", table_command("counted", [per_partition])
+            )
+        fourth = table_command("counted", [3])
+        with pytest.raises(pa.ArrowException, match=r"3 streams are open, the most .* \(3\)"):
+            await anyio.to_thread.run_sync(action, cluster.location, "stream_open", fourth)
+        again = await anyio.to_thread.run_sync(  # (an open one is opened again as ever)
+            action, cluster.location, "stream_open", table_command("counted", [0])
+        )
+        assert again["opened"] is False
+        cluster.coordinator.streams.close_idle(0)
+        reopened = await anyio.to_thread.run_sync(action, cluster.location, "stream_open", fourth)
+        assert reopened["opened"] is True
+
+
 @pytest.mark.parametrize(
     ("kind", "body", "message"),
     [
