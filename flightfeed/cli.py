@@ -156,11 +156,12 @@ def _worker(args: argparse.Namespace) -> int:
                 async for signum in signals:
                     log.info(
                         "received %s: finishing %d running tasks (of %d held) and %d table"
-                        " calls, taking no new ones (at most %gs; signal again to stop now)",
+                        " calls and shared-memory reads, taking no new ones (at most %gs; signal"
+                        " again to stop now)",
                         signal.Signals(signum).name,
                         worker.registry.unsettled,
                         len(worker.registry),
-                        worker.state.table_calls,
+                        worker.state.calls_under_way,
                         args.shutdown_grace,
                     )
                     break
@@ -205,7 +206,7 @@ def _admission(args: argparse.Namespace) -> list[str]:
 
 
 async def _drain(worker: Worker, signals: AsyncIterator[int], grace: float) -> None:
-    """The worker's running tasks and table calls finish (up to `grace` seconds), unless a
+    """The worker's running tasks, table calls and reads finish (up to `grace` seconds), unless a
     second signal comes: then it stops at once."""
     async with anyio.create_task_group() as tg:
 
@@ -219,7 +220,9 @@ async def _drain(worker: Worker, signals: AsyncIterator[int], grace: float) -> N
         left = await worker.drain(grace)
         if left:
             log.warning(
-                "%d tasks or table calls still running after %gs: stopping them", left, grace
+                "%d tasks, table calls or reads still running after %gs: stopping them",
+                left,
+                grace,
             )
         tg.cancel_scope.cancel()
 

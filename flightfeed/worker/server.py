@@ -95,7 +95,7 @@ class Worker:
                     self.state.table_engine,
                     TYPED_ERRORS,
                     max_message_size,
-                    calls=self.state.table_call,
+                    calls=self.state.call_under_way,
                     compression=self.config.table_compression,
                     plans=PlanRuntime(
                         session=self._plan_session,
@@ -191,15 +191,16 @@ class Worker:
     async def drain(self, grace: float) -> int:
         """Graceful shutdown, first half: new tasks and calls to the tables are refused
         (UNAVAILABLE) while the running tasks finish and are read, and the table reads and
-        writes under way end, for at most `grace` seconds; tasks kept only for a re-read are
-        not waited for (TaskRegistry.drained). Returns how many tasks and table calls were
-        still running (they end, with the others, when the worker closes)."""
+        writes and shared-memory reads under way end (`call_under_way`), for at most `grace`
+        seconds; tasks kept only for a re-read are not waited for (TaskRegistry.drained).
+        Returns how many tasks and calls were still running (they end, with the others, when
+        the worker closes)."""
         registry = self.state.registry
         registry.draining = True
         with anyio.move_on_after(grace):
             await registry.drained()
-            await self.state.table_calls_ended()
-        return registry.unsettled + self.state.table_calls
+            await self.state.calls_under_way_ended()
+        return registry.unsettled + self.state.calls_under_way
 
     def _release_memory(self) -> None:
         self.state.memory_releases += 1  # (only this thread writes it; readers see it whole)

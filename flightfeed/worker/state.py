@@ -99,9 +99,10 @@ class WorkerState:
             metadata=bearer(token) if token is not None else None,
         )
 
-    table_calls: int = field(default=0, init=False)
-    """Table reads, writes and actions under way (`table_call`)."""
-    _table_calls_ended: Signal = field(default_factory=Signal, init=False, repr=False)
+    calls_under_way: int = field(default=0, init=False)
+    """Calls a graceful stop lets end (`call_under_way`): table reads, writes and actions, and
+    task reads through shared memory."""
+    _calls_under_way_ended: Signal = field(default_factory=Signal, init=False, repr=False)
 
     def table_engine(self) -> TableEngine:
         """The worker's tables, or a clear refusal when it keeps none, or is shutting down."""
@@ -112,18 +113,20 @@ class WorkerState:
         return self.tables
 
     @contextmanager
-    def table_call(self) -> Iterator[None]:
-        """Count a call to the tables while it runs: a graceful stop lets those under way end
-        (`table_calls_ended`), where it had cut a DoPut one second from its end."""
-        self.table_calls += 1
+    def call_under_way(self) -> Iterator[None]:
+        """Count a call while it runs: a graceful stop lets those under way end
+        (`calls_under_way_ended`), where it had cut a DoPut one second from its end, and a
+        shared-memory read whose task was read whole while its reader still took the last
+        slots (the task no longer held the stop)."""
+        self.calls_under_way += 1
         try:
             yield
         finally:
-            self.table_calls -= 1
-            if not self.table_calls:
-                self._table_calls_ended.notify()
+            self.calls_under_way -= 1
+            if not self.calls_under_way:
+                self._calls_under_way_ended.notify()
 
-    async def table_calls_ended(self) -> None:
-        """Until no call to the tables is under way."""
-        while self.table_calls:
-            await self._table_calls_ended.wait()
+    async def calls_under_way_ended(self) -> None:
+        """Until no call a graceful stop waits for is under way."""
+        while self.calls_under_way:
+            await self._calls_under_way_ended.wait()

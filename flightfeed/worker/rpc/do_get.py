@@ -37,7 +37,7 @@ class WorkerFlightHandler(FlightHandler):
 
     async def do_get(self, ctx: CallContext, ticket: bytes, writer: FlightDataWriter) -> None:
         if is_table_ticket(ticket):
-            with self.state.table_call():
+            with self.state.call_under_way():
                 await self.tables.do_get(ticket, writer)
             return
         await execute_task(self.state, parse_ticket(ticket), FlightSink(writer))
@@ -51,7 +51,7 @@ class WorkerFlightHandler(FlightHandler):
     async def get_flight_info(self, ctx: CallContext, descriptor: FlightDescriptor) -> FlightInfo:
         # (the host, not the port: a client's connections share its fair share of snapshots)
         holder = ctx.peer[0] if ctx.peer else ""
-        with self.state.table_call():
+        with self.state.call_under_way():
             return await self.tables.flight_info(descriptor, holder=holder)
 
     async def get_schema(self, ctx: CallContext, descriptor: FlightDescriptor) -> pa.Schema:
@@ -60,11 +60,11 @@ class WorkerFlightHandler(FlightHandler):
     async def do_put(
         self, ctx: CallContext, reader: FlightDataReader, results: PutResultWriter
     ) -> None:
-        with self.state.table_call():
+        with self.state.call_under_way():
             await self.tables.do_put(reader, results)
 
     async def do_action(self, ctx: CallContext, action: Action) -> AsyncIterator[bytes]:
-        with self.state.table_call():
+        with self.state.call_under_way():
             async with closing(self.tables.do_action(action)) as results:
                 async for result in results:
                     yield result

@@ -140,7 +140,7 @@ async def shared_memory_read(
     held = Request.decode(first[1]).held
     stats, pool = state.shared_memory, state.segments if local else None
     if is_table_ticket(ticket):
-        with state.table_call():
+        with state.call_under_way():
             stats.streamed += 1
             await writer.write_metadata(Offer(None).encode())
             await tables.do_get(ticket, writer)
@@ -159,7 +159,8 @@ async def shared_memory_read(
         return
     mapped = False
     try:
-        mapped = await _serve(state, request, segment, reused, reader, writer)
+        with state.call_under_way():  # (its task is read whole before the reader took it all)
+            mapped = await _serve(state, request, segment, reused, reader, writer)
     finally:
         await pool.give_back(segment, keep=mapped)
 

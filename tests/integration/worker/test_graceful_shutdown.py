@@ -19,6 +19,7 @@ from flightfeed.coordinator.resolver import StaticWorkerResolver
 from flightfeed.errors import FlightfeedError, Unavailable
 from flightfeed.flight.client import FlightClient
 from flightfeed.plan.nodes import ParquetScan
+from flightfeed.spark.client import Endpoint, read_endpoint
 from flightfeed.worker import Worker, WorkerConfig
 
 ROWS = 2000
@@ -131,3 +132,31 @@ def test_a_second_signal_stops_at_once(rows_file: Path) -> None:
         assert proc.returncode == 0
         with pytest.raises(fl.FlightUnavailableError):
             fl.connect(location).list_actions()
+
+
+def test_sigterm_lets_a_read_through_shared_memory_take_its_last_batches(rows_file: Path) -> None:
+    """A reader on the worker's host reads through shared memory: its task counted as read
+    once its last batch was in a slot, and the stop closed the worker while the reader still
+    had slots to take (a Spark query failed with "lost in the middle of a DoGet" where a
+    SIGKILL costs nothing; found by a probe)."""
+    roots = ("--parquet-root", str(rows_file.parent))
+    with worker_process(*roots, "--shutdown-grace", "30") as (proc, location):
+
+        async def scenario() -> list[int]:
+            plan = ParquetScan.from_paths(str(rows_file), partitions=1)
+            async with Coordinator(StaticWorkerResolver([location])) as coordinator:
+                held = await coordinator.hold(plan)
+                (endpoint,) = held.endpoints
+                batches = read_endpoint(  # (a worker on this host: through shared memory)
+                    Endpoint(endpoint.ticket, (endpoint.location,)), {}, shared_memory=True
+                )
+                first = await anyio.to_thread.run_sync(next, batches)  # the others in slots
+                proc.send_signal(signal.SIGTERM)
+                await refused_once_draining(coordinator, plan)  # it is stopping
+                rest = await anyio.to_thread.run_sync(list, batches)
+                held.release()
+                return [v for b in [first, *rest] for v in b.column("v").to_pylist()]
+
+        values = anyio.run(scenario)
+        assert sorted(values) == list(range(ROWS))
+        assert proc.wait(timeout=20) == 0
