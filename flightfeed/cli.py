@@ -291,8 +291,9 @@ async def _warn_unreachable(coordinator: Coordinator, urls: Sequence[str]) -> No
             log.warning("%s", exc)
     for url in urls:
         down = coordinator.health.down.get(url)
-        if down is not None:
-            log.warning("%s (queries run without it until it answers)", down[1])
+        if down is not None:  # (a reason may not name it: "no answer within the timeout")
+            reason = down[1] if url in down[1] else f"worker {url}: {down[1]}"
+            log.warning("%s (queries run without it until it answers)", reason)
 
 
 def _demo(args: argparse.Namespace) -> int:

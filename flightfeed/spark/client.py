@@ -210,11 +210,47 @@ def _said(exc: Exception) -> str:
     return str(exc).split(". gRPC client debug context", 1)[0]
 
 
+_TRANSPORT_FAILURES: Final = (
+    "failed to connect",
+    "connection refused",
+    "connection reset",
+    "connection timed out",
+    "socket closed",
+    "stream removed",
+    "broken pipe",
+    "dns resolution failed",
+    "empty address list",
+    "connections to all backends failing",
+    "no route to host",
+    "network is unreachable",
+    "handshake",
+    "ssl",
+    "tls",
+    "certificate",
+    "goaway",
+    "keepalive",
+    "endpoint read failed",
+    "transport closed",
+)
+"""How gRPC's own status message starts when no server answered (its connection failed), as
+opposed to a server's that answered UNAVAILABLE itself (a coordinator that cannot reach its
+workers, whose message may name a refused connection further on): the first "cannot reach"
+the server, the second must not say so (found by a probe)."""
+
+
 def flight_error(uri: str, what: str, exc: Exception, peer: str = COORDINATOR) -> FlightfeedError:
     """A Flight failure as an error that says what happened and where (`peer`: what `uri` is)."""
     full = str(exc)  # pyarrow raises a plain OSError for some statuses: the text says which
     text = _said(exc).replace("Flight returned ", "").strip()
-    if isinstance(exc, fl.FlightUnavailableError) or "returned unavailable error" in full:
+    unavailable = isinstance(exc, fl.FlightUnavailableError) or "returned unavailable error" in full
+    status_message = full.partition("with message: ")[2] or full
+    if unavailable and not status_message.lower().startswith(_TRANSPORT_FAILURES):
+        # (it answered: the coordinator could not reach its workers, a worker is stopping)
+        return RemoteError(
+            f"the {peer} at {uri} answered {what} UNAVAILABLE: {text}",
+            grpc_status=Status.UNAVAILABLE,
+        )
+    if unavailable:
         hint = ""
         if uri.startswith("grpc+tls://"):
             hint = (

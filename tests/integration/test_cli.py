@@ -347,6 +347,21 @@ def test_coordinator_names_the_workers_it_cannot_reach_at_start() -> None:
             assert proc.wait(timeout=20) == 0
 
 
+def test_coordinator_names_a_worker_that_never_answers_at_start() -> None:
+    """A worker that takes the connection and never answers (a stopped one, a wrong service)
+    was warned of as "no answer within the timeout", not naming it (found by a probe)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # connections complete in the backlog; nothing ever answers
+        url = f"grpc://127.0.0.1:{silent.getsockname()[1]}"
+        with coordinator_command("--worker", url) as (proc, _, _):
+            assert proc.stderr is not None
+            warning = proc.stderr.readline()
+            assert f"WARNING flightfeed: worker {url}: no answer within the timeout" in warning
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+
+
 def test_coordinator_without_workers_or_catalog_is_a_clear_error() -> None:
     run_cli = [sys.executable, "-m", "flightfeed.cli", "coordinator"]
     no_workers = subprocess.run(

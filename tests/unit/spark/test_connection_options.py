@@ -13,7 +13,7 @@ import pyarrow.flight as fl
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from flightfeed.errors import InvalidArgument, Unauthenticated
+from flightfeed.errors import InvalidArgument, RemoteError, Unauthenticated
 from flightfeed.spark.client import (
     COORDINATOR,
     PLAIN,
@@ -162,6 +162,35 @@ def test_the_reader_and_writer_pickle_with_their_connection() -> None:
     target = TableTarget(URI, "t", pa.schema([("n", pa.int64())]), {}, 1.0, table.connection)
     writer = pickle.loads(pickle.dumps(FlightfeedTableWriter(target, "job", True)))
     assert writer.target == target
+
+
+@pytest.mark.parametrize(
+    ("said", "error"),
+    [  # (what pyarrow's client raised: the coordinator down, then up without its workers)
+        (
+            "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:9:"
+            " Failed to connect to remote host: Connection refused",
+            f"cannot reach the flightfeed coordinator at {URI} (GetFlightInfo): unavailable"
+            " error, with message: failed to connect",
+        ),
+        (
+            "no worker can be reached: grpc://127.0.0.1:9: grpc://127.0.0.1:9 did not answer"
+            " GetWorkerInfo (GetWorkerInfo: cannot reach grpc://127.0.0.1:9: [Errno 111]"
+            " Connection refused): is it a flightfeed worker, and is it up?",
+            f"the flightfeed coordinator at {URI} answered GetFlightInfo UNAVAILABLE:"
+            " unavailable error, with message: no worker can be reached",
+        ),
+    ],
+)
+def test_unavailable_says_whether_the_server_answered(said: str, error: str) -> None:
+    """A coordinator that answered "no worker can be reached" was reported as one that could
+    not be reached (found by a probe)."""
+    unavailable = fl.FlightUnavailableError(
+        f"Flight returned unavailable error, with message: {said}"
+    )
+    found = flight_error(URI, "GetFlightInfo", unavailable, COORDINATOR)
+    assert isinstance(found, RemoteError)
+    assert str(found).startswith(error)
 
 
 def test_an_unauthenticated_answer_says_the_token_was_missing_or_refused() -> None:
