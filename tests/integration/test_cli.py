@@ -586,3 +586,25 @@ def test_ctrl_c_while_waiting_on_a_worker_ends_without_a_traceback() -> None:
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "flightfeed: interrupted"
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("after", [0.05, 0.3])
+def test_ctrl_c_while_the_command_starts_ends_without_a_traceback(after: float) -> None:
+    """Importing flightfeed takes a second or more, all of it before the command's own
+    handling: a Ctrl-C then printed a KeyboardInterrupt traceback (found by a probe). The
+    installed `flightfeed` command, a SIGINT early in its import."""
+    command = Path(sys.executable).parent / "flightfeed"
+    proc = subprocess.Popen(
+        [str(command), "tables", "list", "--worker", "grpc://127.0.0.1:9"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        proc.wait(timeout=after)  # (the moment it is given: it is still importing)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "flightfeed: interrupted"
+    assert "Traceback" not in err
