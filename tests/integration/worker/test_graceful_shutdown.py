@@ -5,6 +5,8 @@ stops at once on a second signal."""
 from __future__ import annotations
 
 import signal
+import subprocess
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -15,6 +17,7 @@ import pytest
 from helpers.worker_process import worker_process
 
 from flightfeed.coordinator import Coordinator
+from flightfeed.coordinator.held import HeldQuery
 from flightfeed.coordinator.resolver import StaticWorkerResolver
 from flightfeed.errors import FlightfeedError, Unavailable
 from flightfeed.flight.client import FlightClient
@@ -23,6 +26,8 @@ from flightfeed.spark.client import Endpoint, read_endpoint
 from flightfeed.worker import Worker, WorkerConfig
 
 ROWS = 2000
+STILL_UP = 1.0
+"""Seconds a stopping worker must still be up while a read it serves is unfinished."""
 
 
 @pytest.fixture
@@ -93,26 +98,49 @@ async def refused_once_draining(coordinator: Coordinator, plan: ParquetScan) -> 
                 return
 
 
-def test_sigterm_lets_a_running_task_finish(rows_file: Path) -> None:
+Read = Callable[[HeldQuery, Callable[[], Awaitable[None]]], Awaitable[list[int]]]
+"""How a test reads a held query's values, calling `stop` (SIGTERM, until the worker refuses
+new queries) where it wants the stop to come."""
+
+
+def stopped_while_read(rows_file: Path, partitions: int, read: Read) -> None:
+    """A worker process holds a query of `rows_file` in `partitions`; `read` reads it while
+    the worker is stopped: every value arrives, and then the worker exits on its own."""
     roots = ("--parquet-root", str(rows_file.parent))
     with worker_process(*roots, "--shutdown-grace", "30") as (proc, location):
 
         async def scenario() -> list[int]:
-            plan = ParquetScan.from_paths(str(rows_file), partitions=4)
+            plan = ParquetScan.from_paths(str(rows_file), partitions=partitions)
             async with Coordinator(StaticWorkerResolver([location])) as coordinator:
                 held = await coordinator.hold(plan)
-                proc.send_signal(signal.SIGTERM)  # mid-query: its task must still be served
-                await refused_once_draining(coordinator, plan)
-                values: list[int] = []
-                for endpoint in held.endpoints:
-                    async with FlightClient(endpoint.location) as client:
-                        values += (await client.do_get(endpoint.ticket).read_all())["v"].to_pylist()
+
+                async def stop() -> None:
+                    proc.send_signal(signal.SIGTERM)
+                    await refused_once_draining(coordinator, plan)  # it is stopping
+                    # ...but not before what is being read was read: a shared-memory read had
+                    # the worker gone by now, every time (what the reader takes next races it)
+                    with pytest.raises(subprocess.TimeoutExpired):
+                        await anyio.to_thread.run_sync(proc.wait, STILL_UP)
+
+                values = await read(held, stop)
                 held.release()
                 return values
 
         values = anyio.run(scenario)
         assert sorted(values) == list(range(ROWS))
         assert proc.wait(timeout=20) == 0  # and then it stopped on its own
+
+
+def test_sigterm_lets_a_running_task_finish(rows_file: Path) -> None:
+    async def read(held: HeldQuery, stop: Callable[[], Awaitable[None]]) -> list[int]:
+        await stop()  # mid-query: its task must still be served
+        values: list[int] = []
+        for endpoint in held.endpoints:
+            async with FlightClient(endpoint.location) as client:
+                values += (await client.do_get(endpoint.ticket).read_all())["v"].to_pylist()
+        return values
+
+    stopped_while_read(rows_file, 4, read)
 
 
 def test_a_second_signal_stops_at_once(rows_file: Path) -> None:
@@ -139,24 +167,15 @@ def test_sigterm_lets_a_read_through_shared_memory_take_its_last_batches(rows_fi
     once its last batch was in a slot, and the stop closed the worker while the reader still
     had slots to take (a Spark query failed with "lost in the middle of a DoGet" where a
     SIGKILL costs nothing; found by a probe)."""
-    roots = ("--parquet-root", str(rows_file.parent))
-    with worker_process(*roots, "--shutdown-grace", "30") as (proc, location):
 
-        async def scenario() -> list[int]:
-            plan = ParquetScan.from_paths(str(rows_file), partitions=1)
-            async with Coordinator(StaticWorkerResolver([location])) as coordinator:
-                held = await coordinator.hold(plan)
-                (endpoint,) = held.endpoints
-                batches = read_endpoint(  # (a worker on this host: through shared memory)
-                    Endpoint(endpoint.ticket, (endpoint.location,)), {}, shared_memory=True
-                )
-                first = await anyio.to_thread.run_sync(next, batches)  # the others in slots
-                proc.send_signal(signal.SIGTERM)
-                await refused_once_draining(coordinator, plan)  # it is stopping
-                rest = await anyio.to_thread.run_sync(list, batches)
-                held.release()
-                return [v for b in [first, *rest] for v in b.column("v").to_pylist()]
+    async def read(held: HeldQuery, stop: Callable[[], Awaitable[None]]) -> list[int]:
+        (endpoint,) = held.endpoints
+        batches = read_endpoint(  # (a worker on this host: through shared memory)
+            Endpoint(endpoint.ticket, (endpoint.location,)), {}, shared_memory=True
+        )
+        first = await anyio.to_thread.run_sync(next, batches)  # the others in slots
+        await stop()
+        rest = await anyio.to_thread.run_sync(list, batches)
+        return [v for b in [first, *rest] for v in b.column("v").to_pylist()]
 
-        values = anyio.run(scenario)
-        assert sorted(values) == list(range(ROWS))
-        assert proc.wait(timeout=20) == 0
+    stopped_while_read(rows_file, 1, read)
