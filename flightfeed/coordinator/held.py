@@ -219,5 +219,7 @@ class HeldQuery:
                 await self._progress.wait()
         self.release()
         for run in self.runtime.tasks.values():
+            if run.dispatcher is not None:
+                run.dispatcher.cancel()  # nobody reads what its feeds would send now
             if run.channel_open is not None:
                 await run.channel_open.done_sending()

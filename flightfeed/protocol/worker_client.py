@@ -31,7 +31,7 @@ from .._generated.flightfeed.v1 import (
     WorkUnitBatch,
 )
 from ..concurrency import off_loop
-from ..errors import FlightfeedError
+from ..errors import Cancelled, FlightfeedError
 from ..flight.client import (
     FlightClient,
     Metadata,
@@ -83,8 +83,10 @@ class GrpcTaskChannel(MetricsWaiter):
         stream: grpclib.client.Stream[Any, Any],
         errors: ErrorMapping,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        url: str = "the worker",
     ) -> None:
         self._stream = stream  # its messages arrive as RawBytes: decoded in messages()
+        self._url = url
         self._errors = errors
         self._max_message_size = max_message_size
         self._closed = False
@@ -100,6 +102,8 @@ class GrpcTaskChannel(MetricsWaiter):
 
     async def _send(self, message: CoordinatorToWorkerMsg, size_hint: int = 0) -> None:
         async with self._sending:  # the dispatcher's batches and a release may overlap
+            if self._closed:  # (a DATA frame after END_STREAM fails the whole connection)
+                raise Cancelled(f"the task channel to {self._url} is closed")
             await self._write(message, size_hint)
 
     async def _write(self, message: CoordinatorToWorkerMsg, size_hint: int = 0) -> None:
@@ -133,18 +137,19 @@ class GrpcTaskChannel(MetricsWaiter):
     async def done_sending(self) -> None:
         if self._closed:
             return
-        self._closed = True
-        if request_ended(self._stream):
-            return  # the worker ended the call first, and its status was read
-        if raw_stream(self._stream).closable:
-            # Bounded: a worker that stopped reading must not hold the caller forever.
-            with (
-                anyio.move_on_after(HALF_CLOSE_TIMEOUT),
-                suppress(StreamClosedError, StreamTerminatedError),
-            ):
-                await self._stream.end()
-        else:
-            mark_request_ended(self._stream)  # the worker closed the call already
+        self._closed = True  # (a send that waits for the lock now finds the channel closed)
+        # Bounded: a worker that stopped reading must not hold the caller forever, neither
+        # behind a message being sent nor in the half-close.
+        with anyio.move_on_after(HALF_CLOSE_TIMEOUT):
+            async with self._sending:  # END_STREAM goes after the message being sent, if any
+                if self._interrupted or request_ended(self._stream):
+                    return  # half a message is out (leaving the call resets the stream), or
+                    # the worker ended the call first and its status was read
+                if not raw_stream(self._stream).closable:
+                    mark_request_ended(self._stream)  # the worker closed the call already
+                    return
+                with suppress(StreamClosedError, StreamTerminatedError):
+                    await self._stream.end()
 
     async def messages(self) -> AsyncIterator[WorkerMessage]:
         task, baseline = cancel_baseline()
@@ -230,7 +235,7 @@ class WorkerClient(FlightClient):
         ) as stream:
             message = CoordinatorToWorkerMsg(set_plan_request=set_plan)
             await send_control(stream, message, len(set_plan.plan_proto))
-            channel = GrpcTaskChannel(stream, self.errors, self.max_message_size)
+            channel = GrpcTaskChannel(stream, self.errors, self.max_message_size, self.location)
             try:
                 yield channel
             finally:

@@ -4,8 +4,9 @@ workers by pyarrow's C++ Flight client, re-readable with the same rows, then rel
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from typing import TypeVar
 
 import anyio
@@ -13,12 +14,19 @@ import anyio.from_thread
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
+from helpers.worker_process import worker_process
 
-from flightfeed.coordinator import Coordinator, Endpoint, InProcessWorkerResolver
-from flightfeed.plan import Filter, call, col, lit
+from flightfeed.coordinator import (
+    Coordinator,
+    Endpoint,
+    InProcessWorkerResolver,
+    StaticWorkerResolver,
+)
+from flightfeed.plan import Coalesce, Filter, call, col, lit
 from flightfeed.protocol import MetricsSet
 from flightfeed.testing import start_cluster, start_workers, wait_for_no_tasks
 from flightfeed.testing.feeds import (
+    COUNT_AT_END,
     LiveProvider,
     UnitProvider,
     unit_coordinator_options,
@@ -29,6 +37,7 @@ from flightfeed.worker import Worker
 
 pytestmark = pytest.mark.anyio
 T = TypeVar("T")
+SESSION_BUILDER = ("--session-builder", "flightfeed.testing.feeds:unit_session_builder")
 
 
 @asynccontextmanager
@@ -200,6 +209,49 @@ async def test_a_reader_cut_off_by_a_release_is_told_so() -> None:
         with anyio.fail_after(10):
             await wait_for_no_tasks(workers)
     assert "ended (released by its coordinator)" in said[0]
+
+
+async def test_a_release_while_units_go_out_ends_the_query_and_spares_the_connection() -> None:
+    """Released while its feed still had units to send, a held query's half-close could go out
+    before one of them: a DATA frame after END_STREAM, which h2 refuses, and the whole
+    connection to the worker failed with it. The held query failed ("Invalid input
+    StreamInputs.SEND_DATA"), and so did a query of another caller sharing that connection.
+    The worker is paused (SIGSTOP) from before the release until the units were handed out,
+    so no reply of its can end the task first."""
+    held_provider, other_provider = LiveProvider(1), LiveProvider(1)
+    held_provider.push(0, b"first")
+    with ExitStack() as stack:
+        process, url = await anyio.to_thread.run_sync(
+            stack.enter_context, worker_process(*SESSION_BUILDER)
+        )
+        resolver = StaticWorkerResolver([url])
+        async with (
+            Coordinator(resolver, **unit_coordinator_options(1)) as coordinator,
+            anyio.create_task_group() as tg,
+        ):
+            other = Coalesce(unit_scan(other_provider, every=COUNT_AT_END))
+            other_rows: list[pa.Table] = []
+
+            async def other_query() -> None:
+                other_rows.append(await coordinator.collect(other))
+
+            tg.start_soon(other_query)
+            held = await coordinator.hold(unit_scan(held_provider))
+            with anyio.fail_after(10):
+                await held.ready(0)  # its plan went out: units go right behind it
+            process.send_signal(signal.SIGSTOP)
+            try:
+                held.release()
+                held_provider.push(0, *[b"late"] * 50)
+                await anyio.sleep(0.2)  # the units' time to go out, after the half-close
+            finally:
+                process.send_signal(signal.SIGCONT)
+            other_provider.push(0, b"a", b"b")
+            other_provider.end(0)
+            with anyio.fail_after(20):
+                await held.runtime.metrics.wait_finished()
+        assert held.runtime.metrics.status == "finished", held.runtime.metrics.error
+        assert other_rows[0].column("units").to_pylist() == [2]
 
 
 async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:
