@@ -131,6 +131,44 @@ async def test_union_of_a_feed_with_a_non_feed_input() -> None:
     assert "IsolatedUnion(tasks=[0, 1])" in text
 
 
+def union_with_a_global_aggregate() -> ExecutionPlan:
+    """`SELECT task, sum(partition) ... GROUP BY task UNION ALL SELECT max(task), sum(partition)
+    ...` (the second input is one row)."""
+    per_task = plan_from(scan(2, "3", "1")).aggregate(
+        ["task"], [agg("sum", col("partition"), name="partition")]
+    )
+    total = plan_from(scan(2, "2,2", "5")).aggregate(
+        [], [agg("max", col("task"), name="task"), agg("sum", col("partition"), name="partition")]
+    )
+    return per_task.union(total).coalesce().plan
+
+
+def union_with_a_coalesced_feed() -> ExecutionPlan:
+    return Coalesce(Union([scan(2, "3", "1"), Coalesce(scan(2, "2,2", "5"))]))
+
+
+def count_of_a_union_with_a_limit() -> ExecutionPlan:
+    """Counted: which row the limit keeps is up to the plan."""
+    limited = plan_from(scan(2, "2,2", "5")).coalesce().limit(1)
+    union = plan_from(scan(2, "3", "1")).union(limited)
+    return union.aggregate([], [agg("count", name="rows")]).plan
+
+
+@pytest.mark.parametrize(
+    "build",
+    [union_with_a_global_aggregate, union_with_a_coalesced_feed, count_of_a_union_with_a_limit],
+)
+async def test_a_union_with_an_input_of_one_partition_reads_it_once(
+    build: Callable[[], ExecutionPlan],
+) -> None:
+    """The union's stage took its task count from the feed, and every task read the
+    one-partition input whole (a broadcast, as for a join's build side), so the result had its
+    rows once per task: the global aggregate's row twice."""
+    text = await check(build)
+    assert "NetworkBroadcast" not in text
+    assert "IsolatedUnion(tasks=[0, 1])" in text  # the feed on one task, the rest on another
+
+
 async def test_aggregation_over_a_feed() -> None:
     def build() -> ExecutionPlan:
         source = plan_from(scan(2, "3,1", "2", "4", "1,1"))

@@ -8,10 +8,13 @@ from collections.abc import Mapping
 import pyarrow as pa
 import pytest
 from helpers.feed_scan import ESTIMATORS, coordinator_options, feed_registry
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flightfeed.coordinator import (
     Coordinator,
     DistributedPlanner,
+    NetworkBroadcast,
     NetworkCoalesce,
     NetworkShuffle,
     StaticWorkerResolver,
@@ -38,7 +41,9 @@ from flightfeed.plan import (
     col,
     lit,
     pre_order,
+    unwrap,
 )
+from flightfeed.plan.nodes import IsolatedUnion
 from flightfeed.testing.feeds import UnitProvider, UnitScan, UnitScanEstimator, unit_scan
 
 
@@ -236,3 +241,55 @@ def test_a_shuffle_is_read_by_a_task_per_share_of_its_estimated_input(
     assert ("MiB" in shuffled.note or "KiB" in shuffled.note) == (input_bytes is not None)
     with pytest.raises(InvalidArgument, match="shuffle_bytes_per_task must be at least 1"):
         DistributedPlanner(shuffle_bytes_per_task=0)
+
+
+def shapes() -> st.SearchStrategy[ExecutionPlan]:
+    """Plans of the feed's schema: feeds split into tasks, a leaf that cannot be split, and
+    what reads an input whole (Coalesce, a limit over one, a collect-left join's build side)."""
+    leaves = st.sampled_from([eight, lambda: scan(2, "1", "1"), one_row]).map(lambda make: make())
+
+    def above(inner: st.SearchStrategy[ExecutionPlan]) -> st.SearchStrategy[ExecutionPlan]:
+        alike = st.lists(inner, min_size=2, max_size=3).filter(
+            lambda inputs: all(i.schema.equals(inputs[0].schema) for i in inputs)
+        )
+        return st.one_of(
+            inner.map(Coalesce),
+            inner.map(lambda plan: Limit(Coalesce(plan), 2)),
+            alike.map(Union),
+            st.tuples(inner, inner).map(
+                lambda sides: HashJoin(*sides, [("task", "task")], "right semi")
+            ),
+        )
+
+    return st.recursive(leaves, above, max_leaves=6)
+
+
+def read_whole_by_several_tasks(node: ExecutionPlan, tasks: int) -> list[ExecutionPlan]:
+    """The stage's network readers that `tasks` > 1 tasks each read whole, outside a
+    collect-left join's build side (an IsolatedUnion runs each input on its own tasks)."""
+    node = unwrap(node)
+    if isinstance(node, NetworkBroadcast | NetworkCoalesce):
+        return [node] if tasks > 1 else []
+    if isinstance(node, HashJoin) and node.collect_left:
+        return read_whole_by_several_tasks(node.children[1], tasks)
+    if isinstance(node, IsolatedUnion):
+        return [
+            found
+            for child, span in zip(node.children, node.spans, strict=True)
+            for found in read_whole_by_several_tasks(child, span.count)
+        ]
+    return [found for child in node.children for found in read_whole_by_several_tasks(child, tasks)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(plan=shapes(), workers=st.integers(1, 4))
+def test_only_a_join_build_side_is_read_whole_by_every_task_of_a_stage(
+    plan: ExecutionPlan, workers: int
+) -> None:
+    """Every task of a stage passes on what it reads whole, so the stage's reader would get
+    those rows once per task, except where a join matches them with the task's own share of
+    its probe side."""
+    distributed = planner().plan(Coalesce(plan), workers=workers)
+    for stage in distributed.stages:
+        found = read_whole_by_several_tasks(stage.plan, stage.task_count)
+        assert found == [], format_distributed_plan(distributed)
