@@ -9,6 +9,8 @@ from typing import Any, Final
 import grpclib.const
 import grpclib.server
 from grpclib.const import Cardinality
+from grpclib.exceptions import StreamTerminatedError
+from h2.exceptions import StreamClosedError
 
 from .._generated.flightfeed.v1 import (
     CoordinatorToWorkerMsg,
@@ -18,6 +20,7 @@ from .._generated.flightfeed.v1 import (
     WorkerToCoordinatorMsg,
 )
 from ..concurrency import closing, off_loop, one_at_a_time
+from ..errors import Cancelled
 from ..flight.errors import ErrorMapping
 from ..flight.grpc import RawBytes, parse_message
 from ..flight.server import (
@@ -63,7 +66,10 @@ class WorkerService:
                 yield await off_loop(self._parse_control, raw, nbytes=len(raw))
 
         async def send(message: WorkerToCoordinatorMsg) -> None:
-            await stream.send_message(encode_worker_message(message))
+            try:
+                await stream.send_message(encode_worker_message(message))
+            except (StreamClosedError, StreamTerminatedError):  # before grpclib cancels us
+                raise Cancelled("the coordinator closed the task's channel") from None
 
         # Credits, partitions read and the metrics report are sent by separate tasks.
         async with closing(inbound()) as messages:  # (a CancelTask ends the reading early)

@@ -16,7 +16,8 @@ Transport-neutral: `inbound` and `send` are the gRPC stream or an in-process mem
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
@@ -203,12 +204,13 @@ async def run_task(
             await accepted()
             tg.start_soon(_watch_control, inbound, task, inbox)
             if inbox is not None:
-                tg.start_soon(_forward_credits, send, inbox)
+                tg.start_soon(_forward_credits, send, inbox, task)
             if task.replayable:
                 tg.start_soon(_forward_reads, send, task)
             await task.done.wait()
             if task.cancel_reason is None:
-                await send(report(task, inbox))
+                with _ending_the_task_if_gone(task):
+                    await send(report(task, inbox))
         finally:
             if inbox is not None:  # (its readers learn why: "ended" alone left them guessing)
                 ending = _outcome(task, unless_done=CHANNEL_CLOSED)
@@ -219,6 +221,17 @@ async def run_task(
             tg.cancel_scope.cancel()
             task.ctx.memory.close()
     return task
+
+
+@contextmanager
+def _ending_the_task_if_gone(task: Task) -> Iterator[None]:
+    """A send on a channel its caller reset (Cancelled: a coordinator that cancelled the query
+    before grpclib cancels this call) ends the task as a closed channel does; raised, it failed
+    the senders' task group, and the call was answered INTERNAL with a traceback."""
+    try:
+        yield
+    except Cancelled:
+        task.cancel(CHANNEL_CLOSED)
 
 
 async def _watch_control(
@@ -268,19 +281,21 @@ async def _forward_reads(send: Send, task: Task) -> None:
     """A replayable task's partitions read to their end, and how many are being read, told to
     the coordinator as they change (a held query is not released while it is read)."""
     told_reading = 0
-    while True:
-        await task.reads_changed.wait()
-        reads, reading = task.take_reads(), task.reading
-        if reads or reading != told_reading:
-            told_reading = reading
-            read = PartitionsRead(partitions=reads, reading=reading)
-            await send(WorkerToCoordinatorMsg(partitions_read=read))
+    with _ending_the_task_if_gone(task):
+        while True:
+            await task.reads_changed.wait()
+            reads, reading = task.take_reads(), task.reading
+            if reads or reading != told_reading:
+                told_reading = reading
+                read = PartitionsRead(partitions=reads, reading=reading)
+                await send(WorkerToCoordinatorMsg(partitions_read=read))
 
 
-async def _forward_credits(send: Send, inbox: FeedInbox) -> None:
+async def _forward_credits(send: Send, inbox: FeedInbox, task: Task) -> None:
     """Credits the task's consumers free up go back to the coordinator as they are granted."""
-    async for credits in inbox.credit_grants:
-        await send(WorkerToCoordinatorMsg(feed_credits=credits))
+    with _ending_the_task_if_gone(task):
+        async for credits in inbox.credit_grants:
+            await send(WorkerToCoordinatorMsg(feed_credits=credits))
 
 
 # -- report -----------------------------------------------------------------------------------
