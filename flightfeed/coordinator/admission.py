@@ -10,6 +10,7 @@ queue fails at once with ResourceExhausted instead of waiting.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
@@ -18,6 +19,18 @@ from ..concurrency import Signal
 from ..errors import InvalidArgument, ResourceExhausted
 
 DEFAULT_MAX_CONCURRENT_QUERIES: Final = 256
+
+
+class AdmissionClosed(Exception):
+    """The coordinator closed while the query waited for a slot, or before it asked."""
+
+
+@dataclass(eq=False)
+class _Turn:
+    """A queued query's place: woken when handed a slot (`granted`) or when admission closes."""
+
+    woken: anyio.Event = field(default_factory=anyio.Event)
+    granted: bool = False
 
 
 class Admission:
@@ -31,7 +44,8 @@ class Admission:
         self.limit = limit
         self.max_queued = max_queued
         self.running = 0
-        self._waiting: deque[anyio.Event] = deque()
+        self.closed = False
+        self._waiting: deque[_Turn] = deque()
         self._changed = Signal()
 
     @property
@@ -52,8 +66,11 @@ class Admission:
         return len(self._waiting)
 
     async def acquire(self) -> None:
-        """Take a slot, waiting behind earlier arrivals; ResourceExhausted if the queue is full."""
+        """Take a slot, waiting behind earlier arrivals; ResourceExhausted if the queue is full,
+        AdmissionClosed once `close` was called (at once for the queries it finds queued)."""
         await anyio.lowlevel.checkpoint()  # (before taking a slot: a cancelled caller takes none)
+        if self.closed:
+            raise AdmissionClosed
         if self.limit is None or (self.running < self.limit and not self._waiting):
             self.running += 1
             self._notify()
@@ -64,23 +81,35 @@ class Admission:
                 f" most the coordinator takes (max_concurrent_queries={self.limit},"
                 f" max_queued_queries={self.max_queued})"
             )
-        turn = anyio.Event()
+        turn = _Turn()
         self._waiting.append(turn)
         self._notify()
         try:
-            await turn.wait()
+            await turn.woken.wait()
         except BaseException:
-            if turn.is_set():
+            if turn.granted:
                 self.release()  # handed a slot while being cancelled: pass it on
-            else:
+            elif not turn.woken.is_set():
                 self._waiting.remove(turn)
                 self._notify()
             raise
+        if not turn.granted:
+            raise AdmissionClosed
 
     def release(self) -> None:
         """Give a slot back: to the longest waiting query if there is one."""
         if self._waiting:
-            self._waiting.popleft().set()  # the slot passes on: `running` is unchanged
+            turn = self._waiting.popleft()
+            turn.granted = True  # the slot passes on: `running` is unchanged
+            turn.woken.set()
         else:
             self.running -= 1
+        self._notify()
+
+    def close(self) -> None:
+        """Admit nothing more: the queued queries and every later one get AdmissionClosed
+        (the running ones keep their slots until they release them)."""
+        self.closed = True
+        while self._waiting:
+            self._waiting.popleft().woken.set()
         self._notify()

@@ -50,7 +50,7 @@ from ..plan.stage_input import STAGE_READER_KEY
 from ..protocol import TaskKey, WorkUnit
 from ..protocol.resolver import ChannelResolver
 from ..session import Session, SessionStateBuilder
-from .admission import DEFAULT_MAX_CONCURRENT_QUERIES, Admission
+from .admission import DEFAULT_MAX_CONCURRENT_QUERIES, Admission, AdmissionClosed
 from .display import format_distributed_plan
 from .display_analyze import format_analyzed
 from .display_dot import format_distributed_plan_dot
@@ -243,10 +243,17 @@ class Coordinator:
         """Held queries not yet ended (released on a normal exit, see `__aexit__`)."""
         self._next_worker = 0
         self._release_memory_after = release_memory_after
+        self._entered = False
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Coordinator:
+        if self._entered:
+            raise RuntimeError(
+                "a Coordinator is entered once (its connections and queries end with its"
+                " `async with`): make a new one"
+            )
+        self._entered = True
         async with AsyncExitStack() as stack:
             if self._own_channels:
                 stack.push_async_callback(self.channels.aclose)
@@ -273,6 +280,7 @@ class Coordinator:
         tb: TracebackType | None,
     ) -> None:
         assert self._stack is not None
+        self.admission.close()  # queued queries end now, not when a running one gives way
         if exc_type is None:
             await self._release_held()
         stack, self._stack, self._tg = self._stack, None, None
@@ -366,8 +374,7 @@ class Coordinator:
     async def _stream(
         self, plan: ExecutionPlan, query_id: bytes, handle: _Handle, headers: Mapping[str, str]
     ) -> AsyncGenerator[pa.RecordBatch, None]:
-        if self._tg is None:
-            raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
+        self._entered_group()
         metrics = handle.metrics = self._queued(query_id)
         await self._admit(metrics)
         try:
@@ -398,6 +405,15 @@ class Coordinator:
         finally:
             self.admission.release()
 
+    def _entered_group(self) -> TaskGroup:
+        """The task group queries run in; RuntimeError before `async with`, Cancelled once it
+        closed (as for a query that was queued then)."""
+        if self.admission.closed:
+            raise Cancelled("the coordinator closed: it runs no more queries")
+        if self._tg is None:
+            raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
+        return self._tg
+
     def _check_open(self, query_id: bytes) -> None:
         """Cancelled, for a query admitted as the coordinator closes (the running queries gave
         their slots back as they were cancelled)."""
@@ -414,6 +430,12 @@ class Coordinator:
         """Wait for an admission slot (the metrics say "queued" meanwhile)."""
         try:
             await self.admission.acquire()
+        except AdmissionClosed:
+            closed = Cancelled(
+                f"query {metrics.query_id.hex()} was cancelled: the coordinator closed"
+            )
+            metrics.finish("cancelled", closed)
+            raise closed from None
         except BaseException as exc:
             _finish_unstarted(metrics, exc)
             raise
@@ -497,8 +519,7 @@ class Coordinator:
         """Start `plan` on the workers, to be read there by any Flight client, one endpoint per
         output partition (see held.py). Returns once every task has its plan. `providers`
         serve some of the plan's feeds (by feed id) instead of their own (a stream's slice)."""
-        if self._tg is None:
-            raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
+        self._entered_group()
         query_headers = {**self.headers, **call_headers(headers or {})}
         query_id = uuid.uuid4().bytes
         metrics = self._queued(query_id)
@@ -509,6 +530,7 @@ class Coordinator:
             runtime, distributed = await self._held_runtime(
                 plan, query_id, query_headers, metrics, providers
             )
+            tg = self._entered_group()  # (it may have closed meanwhile)
         except BaseException as exc:
             _finish_unstarted(metrics, exc)
             release()
@@ -516,7 +538,7 @@ class Coordinator:
         held = HeldQuery(runtime, distributed.stages[0], ttl=ttl, grace=grace)
         self._held.add(held)
         try:
-            await self._tg.start(self._run_held, held, release)
+            await tg.start(self._run_held, held, release)
         except RuntimeError:  # it ended before every task had its plan: say why
             if runtime.failure is not None:
                 raise runtime.failure from None
@@ -551,9 +573,7 @@ class Coordinator:
         self, key: str, plan: ExecutionPlan, *, max_backlog: int = DEFAULT_MAX_BACKLOG
     ) -> FeedStream:
         """The stream `key` names (a table and its arguments), its providers started if new."""
-        if self._tg is None:
-            raise RuntimeError("use the Coordinator as `async with Coordinator(...) as c`")
-        return self.streams.open(key, plan, self._tg, max_backlog=max_backlog)
+        return self.streams.open(key, plan, self._entered_group(), max_backlog=max_backlog)
 
     async def _run_held(
         self,

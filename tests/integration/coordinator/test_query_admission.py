@@ -140,3 +140,52 @@ async def test_queries_queued_when_the_coordinator_closes_are_cancelled_saying_s
     for error in errors.values():
         assert isinstance(error, Cancelled)
         assert "was cancelled: the coordinator closed" in str(error)
+
+
+async def test_a_query_queued_behind_a_caller_that_stopped_reading_ends_when_it_closes() -> None:
+    """The running query gives its slot back only when its caller reads on, so the queued one
+    waited for that caller after the coordinator closed, forever if it never read again (found
+    by a probe). The close ends the queue itself now."""
+    options = unit_coordinator_options(max_concurrent_queries=1)
+    queued_error: list[Exception] = []
+
+    async def queued(c: Coordinator) -> None:
+        try:
+            await c.collect(Coalesce(unit_scan(UnitProvider([1]))))
+        except Exception as exc:
+            queued_error.append(exc)
+
+    async with (
+        start_workers(1, session_builder=unit_session_builder) as workers,
+        anyio.create_task_group() as callers,
+    ):
+        async with Coordinator(InProcessWorkerResolver(workers), **options) as c:
+            paused = c.execute(Coalesce(unit_scan(UnitProvider([1_000_000]), every=100)))
+            await anext(aiter(paused))  # running, and its caller reads no further
+            callers.start_soon(queued, c)
+            await anyio.wait_all_tasks_blocked()
+            assert (c.admission.running, c.admission.queued) == (1, 1)
+        latest = c.metrics.latest  # the queued query's
+        assert latest is not None
+        with anyio.fail_after(5):
+            await latest.wait_finished()
+        assert isinstance(queued_error[0], Cancelled)
+        assert "was cancelled: the coordinator closed" in str(queued_error[0])
+        assert latest.status == "cancelled"
+        with pytest.raises(Cancelled, match="the coordinator closed"):
+            await c.collect(Coalesce(unit_scan(UnitProvider([1]))))
+        await paused.aclose()
+
+
+async def test_a_coordinator_is_entered_once() -> None:
+    """Entered again after it closed, it opened with its closed connection pool (every query
+    failed: "ChannelResolver is closed"); entered twice at once, the inner exit broke the
+    outer's cancel scopes (found by a probe)."""
+    async with start_workers(1, session_builder=unit_session_builder) as workers:
+        c = Coordinator(InProcessWorkerResolver(workers), **unit_coordinator_options())
+        async with c:
+            with pytest.raises(RuntimeError, match="entered once"):
+                await c.__aenter__()
+            assert (await c.collect(unit_scan(UnitProvider([2])))).num_rows == 2
+        with pytest.raises(RuntimeError, match="entered once"):
+            await c.__aenter__()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from flightfeed.coordinator.admission import Admission
+from flightfeed.coordinator.admission import Admission, AdmissionClosed
 from flightfeed.errors import InvalidArgument, ResourceExhausted
 
 pytestmark = pytest.mark.anyio
@@ -86,3 +86,43 @@ def test_limits_are_checked() -> None:
         Admission(0)
     with pytest.raises(InvalidArgument):
         Admission(1, max_queued=-1)
+
+
+async def test_closing_ends_the_queue_and_refuses_later_queries() -> None:
+    admission = Admission(1)
+    await admission.acquire()
+    ended: list[str] = []
+
+    async def queued() -> None:
+        with pytest.raises(AdmissionClosed):
+            await admission.acquire()
+        ended.append("queued")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queued)
+        await anyio.wait_all_tasks_blocked()
+        admission.close()
+    assert ended == ["queued"]
+    assert (admission.running, admission.queued) == (1, 0)  # the running query keeps its slot
+    with pytest.raises(AdmissionClosed):
+        await admission.acquire()
+    admission.release()
+    assert admission.running == 0
+
+
+async def test_a_slot_handed_on_before_the_close_is_kept() -> None:
+    admission = Admission(1)
+    await admission.acquire()
+    admitted: list[str] = []
+
+    async def queued() -> None:
+        await admission.acquire()
+        admitted.append("queued")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queued)
+        await anyio.wait_all_tasks_blocked()
+        admission.release()  # handed to the queued query, which has not woken yet
+        admission.close()
+    assert admitted == ["queued"]
+    assert admission.running == 1
