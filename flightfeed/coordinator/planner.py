@@ -28,7 +28,8 @@ that is: a small shuffle is read by one task instead of one per worker), lowered
 so that it divides every leaf's partition count P: each task owns global partitions
 [t*P/T, (t+1)*P/T). A stage runs as one task, unsplit, when splitting could change its result:
 a leaf that cannot be split (every task would read it), an input read whole that is not a
-join's build side (every task would pass its rows on: coordinator/repeated_rows.py), a node
+join's build side (every task would pass its rows on), a collect-left join whose build side
+is split (each task would join its share only: coordinator/task_rows.py), a node
 that mixes partitions (a Repartition left in place, a partitioned join over inputs not shuffled
 on its keys), or a leaf the estimator declines to scale; a union's inputs may then run on tasks
 of their own (IsolatedUnion). Distributable leaves with no exchange above them are a
@@ -66,8 +67,8 @@ from ..plan.stage_input import StageInput
 from ..plan.statistics import estimated_bytes
 from ..plan.table_pushdown import push_into_table_scans
 from .estimator import TaskEstimation, TaskEstimator, TaskEstimators
-from .repeated_rows import TaskRows, task_rows
 from .stage import DistributedPlan, Stage, StageTask
+from .task_rows import split_conflicts
 
 DEFAULT_SHUFFLE_BYTES_PER_TASK: Final = 64 * 1024 * 1024
 """How much shuffled input one task of the stage reading a shuffle should get, when the input's
@@ -332,10 +333,8 @@ class DistributedPlanner:
         tasks = min(counts, default=1)
         note = ", ".join(f"{leaf.node.name}: {leaf.describe()}" for leaf in leaves)
         note = note or "no leaf that splits into tasks"
-        if whole and tasks > 1 and task_rows(subtree, {id(n) for n in whole}) is not TaskRows.SHARE:
-            blockers.append(
-                "an input read whole is not a join's build side (every task would repeat its rows)"
-            )
+        if tasks > 1:
+            blockers.extend(split_conflicts(subtree, {id(node) for node in whole}))
         if blockers and tasks > 1:
             tasks, note = 1, "; ".join(blockers)
         sizes = [leaf.node.output_partitions for leaf in leaves]

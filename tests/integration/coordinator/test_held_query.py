@@ -22,8 +22,19 @@ from flightfeed.coordinator import (
     InProcessWorkerResolver,
     StaticWorkerResolver,
 )
-from flightfeed.plan import Coalesce, Filter, call, col, lit
+from flightfeed.plan import (
+    Coalesce,
+    ExecutionPlan,
+    Filter,
+    call,
+    col,
+    collect,
+    lit,
+    open_task_context,
+    plan_from,
+)
 from flightfeed.protocol import MetricsSet
+from flightfeed.session import Session
 from flightfeed.testing import start_cluster, start_workers, wait_for_no_tasks
 from flightfeed.testing.feeds import (
     COUNT_AT_END,
@@ -252,6 +263,32 @@ async def test_a_release_while_units_go_out_ends_the_query_and_spares_the_connec
                 await held.runtime.metrics.wait_finished()
         assert held.runtime.metrics.status == "finished", held.runtime.metrics.error
         assert other_rows[0].column("units").to_pylist() == [2]
+
+
+async def test_a_broadcast_join_read_from_the_workers_joins_every_build_row() -> None:
+    """A held query runs its whole plan as one stage on the workers. A broadcast join's build
+    side was split across its tasks like any leaf, so each task joined its probe rows with its
+    own share of the build rows: half of this join's rows were missing (found by a probe)."""
+
+    def join() -> ExecutionPlan:
+        """Every build row matches every probe row (4 x 2), whatever partition it came from."""
+        build = plan_from(unit_scan(UnitProvider([2, 2]))).select(
+            (lit(1), "key"), (col("body"), "build")
+        )
+        probe = plan_from(unit_scan(UnitProvider([1, 1]))).select(
+            (lit(1), "one"), (col("body"), "probe")
+        )
+        return build.join(probe, [("key", "one")]).plan
+
+    async with open_task_context(Session()) as ctx:
+        expected = await collect(join(), ctx)
+    async with cluster(tasks=2) as (coordinator, _):
+        held = await coordinator.hold(join())
+        parts = [await read(endpoint) for endpoint in held.endpoints]
+        held.release()
+    got = pa.concat_tables(parts)
+    assert sorted(got.to_pylist(), key=str) == sorted(expected.to_pylist(), key=str)
+    assert got.num_rows == 8
 
 
 async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:

@@ -264,32 +264,46 @@ def shapes() -> st.SearchStrategy[ExecutionPlan]:
     return st.recursive(leaves, above, max_leaves=6)
 
 
-def read_whole_by_several_tasks(node: ExecutionPlan, tasks: int) -> list[ExecutionPlan]:
-    """The stage's network readers that `tasks` > 1 tasks each read whole, outside a
-    collect-left join's build side (an IsolatedUnion runs each input on its own tasks)."""
+def rows_lost_or_repeated(node: ExecutionPlan, tasks: int) -> list[str]:
+    """What makes `tasks` > 1 tasks of a stage lose or repeat rows: a network reader read whole
+    outside a collect-left join's build side (every task passes it on), or a build side split
+    across the tasks (each joins its share only). An IsolatedUnion runs each input on its own
+    tasks."""
     node = unwrap(node)
+    if tasks == 1:
+        return []
     if isinstance(node, NetworkBroadcast | NetworkCoalesce):
-        return [node] if tasks > 1 else []
+        return [f"{node} read whole by {tasks} tasks"]
     if isinstance(node, HashJoin) and node.collect_left:
-        return read_whole_by_several_tasks(node.children[1], tasks)
+        build, probe = node.children
+        split = [leaf for leaf in pre_order(build) if not leaf.children]
+        split = [leaf for leaf in split if not isinstance(leaf, NetworkBroadcast | NetworkCoalesce)]
+        return [f"build side {leaf} split across {tasks} tasks" for leaf in split] + (
+            rows_lost_or_repeated(probe, tasks)
+        )
     if isinstance(node, IsolatedUnion):
         return [
             found
             for child, span in zip(node.children, node.spans, strict=True)
-            for found in read_whole_by_several_tasks(child, span.count)
+            for found in rows_lost_or_repeated(child, span.count)
         ]
-    return [found for child in node.children for found in read_whole_by_several_tasks(child, tasks)]
+    return [found for child in node.children for found in rows_lost_or_repeated(child, tasks)]
 
 
 @settings(max_examples=300, deadline=None)
-@given(plan=shapes(), workers=st.integers(1, 4))
-def test_only_a_join_build_side_is_read_whole_by_every_task_of_a_stage(
-    plan: ExecutionPlan, workers: int
+@given(plan=shapes(), workers=st.integers(1, 4), on_workers=st.booleans())
+def test_no_stage_of_several_tasks_loses_or_repeats_rows(
+    plan: ExecutionPlan, workers: int, on_workers: bool
 ) -> None:
     """Every task of a stage passes on what it reads whole, so the stage's reader would get
     those rows once per task, except where a join matches them with the task's own share of
-    its probe side."""
-    distributed = planner().plan(Coalesce(plan), workers=workers)
+    its probe side; and a join's build side split across tasks would match each probe row with
+    one task's share of it. Planned as the coordinator runs a query, and as `hold` does (the
+    whole plan on the workers)."""
+    if on_workers:
+        distributed = planner().plan_on_workers(plan, workers=workers)
+    else:
+        distributed = planner().plan(Coalesce(plan), workers=workers)
     for stage in distributed.stages:
-        found = read_whole_by_several_tasks(stage.plan, stage.task_count)
+        found = rows_lost_or_repeated(stage.plan, stage.task_count)
         assert found == [], format_distributed_plan(distributed)
