@@ -384,8 +384,8 @@ class DistributedPlanner:
             cap = split[widest][1] - 1  # >= 1: the budget is at least one task per input
             split[widest] = self._split(inputs[widest], state, cap, single_partition_kinds)
         total = sum(count for _, count, _ in split)
-        if total <= tasks:
-            return None
+        if total <= tasks and not self._share_a_feed(inputs):
+            return None  # (inputs reading one feed need tasks of their own: one reader each)
         spans, first = [], 0
         for _, count, _ in split:
             spans.append(TaskSpan(first, count))
@@ -397,6 +397,19 @@ class DistributedPlanner:
             f"{_span(span)}: {why}" for span, (_, _, why) in zip(spans, split, strict=True)
         )
         return plan, total, note
+
+    def _share_a_feed(self, inputs: list[ExecutionPlan]) -> bool:
+        """Whether two inputs read the same feed (a builder used twice): a task's feed partition
+        has one reader, so each needs tasks of its own."""
+        if self._feeds is None:
+            return False
+        seen: set[bytes] = set()
+        for node in inputs:
+            ids = {feed.id for _, feed in self._feeds.feeds_in(node)}
+            if ids & seen:
+                return True
+            seen |= ids
+        return False
 
     def _feed_assignments(
         self, plan: ExecutionPlan, task: int, tasks: int
@@ -430,9 +443,12 @@ class DistributedPlanner:
             per_task = node.output_partitions
             first = task * per_task if tasks > 1 else 0
             partitions = range(first, first + per_task)
-            known = out.get(feed.id)
-            if known is not None and list(known.partitions) != list(partitions):
-                raise InvalidArgument(f"feed {feed.uuid} appears twice with different partitions")
+            if feed.id in out:  # (a worker gives a task's feed partition one reader)
+                raise InvalidArgument(
+                    f"{node.name}: feed {feed.uuid} is read twice by one task (a node used twice"
+                    " in one stage, other than as two inputs of a union): create the node twice"
+                    " (call the table or scan function again) to read its feed twice"
+                )
             out[feed.id] = FeedAssignment(provider, partitions)
         for child in node.children:
             self._collect_feeds(child, task, tasks, out)

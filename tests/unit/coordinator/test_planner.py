@@ -135,6 +135,20 @@ def test_a_union_runs_its_inputs_on_tasks_of_their_own() -> None:
     assert owned == [[[0, 1, 2, 3]], [[4, 5, 6, 7]], []]
 
 
+def test_a_feed_read_twice_by_one_task_is_refused_naming_the_way_out() -> None:
+    """Its worker would give the feed's partitions one reader, and fail the query when the
+    second use asked ("already has a consumer"); as two inputs of a union, each use gets tasks
+    of its own instead."""
+    feed = eight()
+    joined = HashJoin(feed, feed, [("task", "task")], "right semi")
+    with pytest.raises(InvalidArgument, match=r"is read twice by one task .* create the node"):
+        planner().plan_on_workers(joined, workers=2)
+    (stage,) = planner().plan(Coalesce(Union([feed, feed])), workers=2).stages
+    assert kinds(stage.plan)[0] == "IsolatedUnion"
+    owned = [[list(a.partitions) for a in task.feeds.values()] for task in stage.tasks]
+    assert owned == [[list(range(8))], [list(range(8))]]
+
+
 def test_union_inputs_that_fill_the_workers_are_not_set_apart() -> None:
     (stage,) = planner().plan(Coalesce(Union([eight(), eight()])), workers=4).stages
     assert kinds(stage.plan)[:1] == ["Union"]  # each input on all 4 tasks already
