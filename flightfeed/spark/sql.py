@@ -8,6 +8,7 @@ parallel, one partition per endpoint. The rest of the SQL is Spark's own.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -19,7 +20,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 import sqlglot
-from sqlglot import exp
+from sqlglot import Token, exp
+from sqlglot import TokenType as TT
+from sqlglot.dialects.spark import Spark
 
 from ..coordinator.table_query import INT64_MAX, INT64_MIN, table_command
 from ..errors import InvalidArgument
@@ -61,7 +64,9 @@ def rewrite(query: str, tables: Collection[str]) -> tuple[str, list[TableCall]]:
             " and a catalog table's call in it cannot be run; run the query itself"
         )
     known = {name.lower(): name for name in tables}
+    tokens = _tokens(query)
     calls: list[TableCall] = []
+    spans: list[tuple[int, int, str]] = []
     for table in list(tree.find_all(exp.Table)):
         function = table.this
         if not isinstance(function, exp.Anonymous) or function.name.lower() not in known:
@@ -69,13 +74,65 @@ def rewrite(query: str, tables: Collection[str]) -> tuple[str, list[TableCall]]:
         if table.args.get("db") or table.args.get("catalog"):
             continue  # `db.scan(...)` is some database's function, not the catalog's table
         name = known[function.name.lower()]
-        arguments = tuple(_argument(name, i, arg) for i, arg in enumerate(function.expressions))
+        start, end, strings = _call_span(query, tokens, function, name)
+        arguments = tuple(
+            strings[i] if i in strings else _argument(name, i, arg)
+            for i, arg in enumerate(function.expressions)
+        )
         view = f"__flightfeed_{name}_{uuid.uuid4().hex[:12]}"  # unique: queries may overlap
-        table.set("this", exp.to_identifier(view))
+        spans.append((start, end, view))
         calls.append(TableCall(view, name, arguments))
-    if not calls:
-        return query, calls  # (sqlglot's rendering is not the query Spark was given)
-    return tree.sql(dialect="spark"), calls
+    # Only the calls' text is replaced: the rest goes to Spark as written, since sqlglot's
+    # rendering of it can differ from what Spark reads (percentile_cont became
+    # percentile_approx, to_char a cast that dropped its format).
+    for start, end, view in sorted(spans, reverse=True):
+        query = query[:start] + view + query[end:]
+    return query, calls
+
+
+def _tokens(query: str) -> list[Token]:
+    try:
+        return list(Spark().tokenize(query))
+    except sqlglot.errors.TokenError as exc:  # (parsed already: not expected)
+        raise InvalidArgument(f"cannot parse the SQL{_where(exc)}") from None
+
+
+def _call_span(
+    query: str, tokens: list[Token], function: exp.Anonymous, table: str
+) -> tuple[int, int, dict[int, str]]:
+    """Where a table call's text is, [start, end), and the value of each argument written as
+    adjacent strings, read as Spark reads them: with no space between, the second quote is an
+    escaped one ('O''Brien' is O'Brien); apart, they are joined ('a' 'b' is ab)."""
+    start = function.meta.get("start")
+    first = next((i for i, t in enumerate(tokens) if t.start == start), None)
+    if first is None or first + 1 >= len(tokens) or tokens[first + 1].token_type != TT.L_PAREN:
+        raise InvalidArgument(f"cannot find the text of the call of {table}(...) in the SQL")
+    depth, argument = 0, 0
+    strings: dict[int, str] = {}
+    run: list[Token] = []
+    for token in tokens[first + 1 :]:
+        if token.token_type in (TT.L_PAREN, TT.L_BRACKET):
+            depth += 1
+        elif token.token_type in (TT.R_PAREN, TT.R_BRACKET):
+            depth -= 1
+        if depth == 0 or (depth == 1 and token.token_type == TT.COMMA):
+            if len(run) > 1 and all(t.token_type == TT.STRING for t in run):
+                strings[argument] = _adjacent_strings(query, run)
+            if depth == 0:
+                return tokens[first].start, token.end + 1, strings
+            argument, run = argument + 1, []
+        elif depth >= 1 and not (depth == 1 and token.token_type == TT.L_PAREN):
+            run.append(token)
+    raise InvalidArgument(f"the call of {table}(...) is not closed")
+
+
+def _adjacent_strings(query: str, run: list[Token]) -> str:
+    value = run[0].text
+    for before, token in itertools.pairwise(run):
+        quote = query[before.start]  # (a token's start is its opening quote)
+        escaped = token.start == before.end + 1 and query[token.start] == quote
+        value += (quote if escaped else "") + token.text
+    return value
 
 
 def _may_call(query: str, tables: Collection[str]) -> bool:

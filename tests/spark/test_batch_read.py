@@ -59,6 +59,23 @@ def test_the_seed_query_runs_in_spark_sql(spark: Any, service: CoordinatorCluste
     assert result == reference(SEED_SQL) == [(6, 0), (6, 1)]
 
 
+def test_sql_reaches_spark_as_written_around_the_calls(
+    spark: Any, service: CoordinatorCluster
+) -> None:
+    """Spark ran sqlglot's rendering of the query: percentile_cont as percentile_approx (49,
+    a bigint, for 49.5), to_char as a cast without its format, and 'it''s' as CONCAT('it', 's')
+    (found by a probe). Reference: Spark's own answer over a view of the same table."""
+    query = (
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY n) AS median,"
+        " to_char(12.5, '99.00') AS text, max(length('it''s')) AS quoted,"
+        " count_if(word = 'w1') AS w1 FROM {table}"
+    )
+    read(spark, service, "numbers", 3).createOrReplaceTempView("numbers_as_read")
+    expected = rows(spark.sql(query.format(table="numbers_as_read")))
+    assert expected == [(49.5, "12.50", 4, 15)]
+    assert rows(sql(spark, service.location, query.format(table="numbers(3)"))) == expected
+
+
 def test_every_row_of_the_seed_scan_in_order(spark: Any, service: CoordinatorCluster) -> None:
     query = "SELECT * FROM scan(2, '3,1', '2', '4', '1,1') ORDER BY task, partition"
     assert rows(sql(spark, service.location, query)) == reference(query)

@@ -40,8 +40,30 @@ def test_seed_query_reads_a_view_of_the_call() -> None:
     assert VIEW.fullmatch(found.view)
     assert found == TableCall(found.view, "scan", SEED_ARGUMENTS)
     assert rewritten == (
-        f"SELECT COUNT(*) AS cnt, task FROM {found.view} GROUP BY task ORDER BY task"
+        f"SELECT count(*) AS cnt, task FROM {found.view} GROUP BY task ORDER BY task"
     )
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY id) AS p, to_char(x, '99.00') FROM",
+            "",
+        ),
+        ("SELECT count(*) FROM t JOIN (SELECT * FROM", ") ON true"),
+        ("SELECT name FROM t WHERE name = 'O''Brien' UNION ALL SELECT x /* scan(2) */ FROM", ""),
+    ],
+)
+def test_only_the_calls_text_is_replaced(before: str, after: str) -> None:
+    """The query went to Spark as sqlglot rendered it, which is not always what Spark reads:
+    percentile_cont became percentile_approx (another value, another type), to_char a cast
+    that dropped its format, 'O''Brien' CONCAT('O', 'Brien') (found by a probe)."""
+    call = "scan(2,\n 'a''b' , 3)"
+    query = f"{before} {call} AS s{after} WHERE s.x > 1"
+    rewritten, [found] = rewrite(query, ["scan"])
+    assert found.arguments == (2, "a'b", 3)
+    assert rewritten == query.replace(call, found.view)
 
 
 def test_views_are_unique_per_rewrite() -> None:
@@ -163,8 +185,11 @@ def test_non_literal_arguments_are_refused(call: str, index: int) -> None:
 @pytest.mark.parametrize(
     ("call", "value"),
     [
-        ("scan('it''s')", "its"),  # adjacent literals, joined as Spark joins them
-        ("scan('a' 'b' 'c')", "abc"),
+        ("scan('it''s')", "it's"),  # a doubled quote is one quote (Spark 4.x, SPARK-52545)
+        ("scan('a' 'b' 'c')", "abc"),  # adjacent literals apart, joined as Spark joins them
+        ("scan('a''' 'b')", "a'b"),
+        ('scan("say ""hi""")', 'say "hi"'),
+        ("scan('a'\"b\")", "ab"),  # touching, but quoted differently: two literals
         ("scan(2L)", 2),
         ("scan(-2L)", -2),
         ("scan(3S)", 3),
