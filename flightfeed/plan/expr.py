@@ -219,11 +219,25 @@ def _eval(
         check_expansion(expr.function, args, expr.options, max(batch.num_rows, 1), budget)
     try:
         # `length` only sizes nullary functions (random); with arguments it must stay unset.
-        return target.call(args, expr.options, length=None if args else batch.num_rows)
+        try:
+            return target.call(args, expr.options, length=None if args else batch.num_rows)
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            decoded = [_runs_decoded(arg) for arg in args]
+            if all(new is old for new, old in zip(decoded, args, strict=True)):
+                raise
+            # Few kernels take run-end encoded values (comparisons, is_in and casts do not):
+            # the function sees their plain values, as it would a column that was never encoded.
+            return target.call(decoded, expr.options, length=None)
     except (pa.ArrowException, TypeError, ValueError) as exc:
         if error is ExecutionError and isinstance(exc, pa.ArrowInvalid):
             error = DataError  # (the values' fault: division by zero, a cast, an overflow)
         raise error(f"function {expr.function!r} failed: {exc}") from exc
+
+
+def _runs_decoded(value: Any) -> Any:
+    if isinstance(value, pa.Array | pa.ChunkedArray) and pa.types.is_run_end_encoded(value.type):
+        return pc.run_end_decode(value)
+    return value
 
 
 def _call_udf(udf: ScalarUdf, args: list[Any], length: int) -> pa.Array:

@@ -5,9 +5,10 @@ also nested in lists, fixed-size lists, maps and structs; run-end encoded column
 dictionaries that differ from batch to batch (Acero's join takes one per column); a dictionary
 among several sort keys, and a half float key; runs as group and partitioning keys, and min
 and max of views, dictionaries and runs ("Keys of type run_end_encoded" and "hash_min_max has
-no kernel matching input types (string_view, uint32)" before). What Arrow cannot do at all is
-refused when the plan is built, by name. Python values do not depend on the layout: rows
-compare as they are."""
+no kernel matching input types (string_view, uint32)" before), and comparisons, is_in and
+casts of runs, as in a filter Spark pushes ("'greater' has no kernel"). What Arrow cannot do
+at all is refused when the plan is built, by name. Python values do not depend on the layout:
+rows compare as they are."""
 
 from __future__ import annotations
 
@@ -126,6 +127,18 @@ Plan = Callable[[pa.Table], ExecutionPlan]
 PLANS: dict[str, Plan] = {
     "filter": lambda t: Filter(
         scan(t, 2), call("and", call("greater", col("n"), lit(20)), call("is_valid", col("s")))
+    ),
+    "filter on runs": lambda t: Filter(  # (what a filter Spark pushes does: found by a probe)
+        scan(t, 2),
+        call(
+            "or",
+            call("greater", col("run"), lit(4)),
+            call("is_in", col("run"), options=pc.SetLookupOptions(pa.array([1, 3]))),
+        ),
+    ),
+    "filter on runs cast to text": lambda t: Filter(
+        scan(t),
+        call("equal", call("cast", col("run"), options=pc.CastOptions(pa.string())), lit("2")),
     ),
     "sort by a view": lambda t: Sort(
         scan(t), [SortKey(col("s"), descending=True), SortKey(col("n"))]
