@@ -706,7 +706,11 @@ class Coordinator:
                             await self._run_attempt(runtime, root, send)
                             if runtime.failure is None:
                                 break
-                            retry = await self._retry(plan, runtime, failures, replay)
+                            try:
+                                retry = await self._retry(plan, runtime, failures, replay)
+                            except anyio.get_cancelled_exc_class():
+                                _cancelled_while_retrying(runtime, failures)
+                                raise
                             if retry is None:
                                 break
                             runtime, root = retry
@@ -811,6 +815,18 @@ class Coordinator:
 
     def __repr__(self) -> str:
         return f"Coordinator({self.resolver!r})"
+
+
+def _cancelled_while_retrying(runtime: QueryRuntime, failures: list[AttemptFailure]) -> None:
+    """The caller cancelled the query while its failed attempt was looked into (its workers
+    asked whether they still answer) or its retry planned: the query ends cancelled, as the
+    caller saw it, with that attempt among its failed ones."""
+    assert runtime.failure is not None
+    if not failures or failures[-1].attempt != runtime.attempt:
+        workers = tuple(dict.fromkeys(run.worker_url for run in runtime.tasks.values()))
+        failure = AttemptFailure(runtime.attempt, workers, runtime.failure)
+        runtime.metrics.failed_attempts.append(str(failure))
+    runtime.failure = None
 
 
 async def _release_once_read(held: HeldQuery, release: Callable[[], None]) -> None:

@@ -188,3 +188,37 @@ async def test_closing_the_coordinator_cancels_its_queries_loudly() -> None:
         with pytest.raises(Cancelled, match="the coordinator closed"):
             async for _ in stream:  # what was buffered, then the reason it stopped
                 pass
+
+
+async def test_a_query_cancelled_while_its_failed_attempt_is_looked_into_ends_cancelled() -> None:
+    """The caller cancelled while the coordinator asked the failed attempt's workers whether
+    they still answer (one is frozen: up to 3 s). The caller saw a cancellation, but the
+    metrics said "failed" with the lost connection's error, and listed no failed attempt
+    (found by a probe)."""
+    async with (
+        start_workers(2, session_builder=unit_session_builder) as workers,
+        tcp_proxy(workers[0].location) as cut,
+        tcp_proxy(workers[1].location) as frozen,
+    ):
+        resolver = StaticWorkerResolver([cut.location, frozen.location])
+        async with Coordinator(resolver, **unit_coordinator_options(4)) as coordinator:
+            provider = UnitProvider([1000] * 4, interval=0.01)
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(coordinator.collect, Coalesce(unit_scan(provider)))
+                    with anyio.fail_after(10):
+                        for partition in range(4):
+                            await provider.wait_pulls(partition, 1)
+                    frozen.freeze()
+                    await cut.cut()
+                    await anyio.sleep(1.0)  # (within the 3 s the frozen worker's check takes)
+                    scope.cancel()
+            metrics = coordinator.metrics.latest
+            assert metrics is not None
+            with anyio.fail_after(10):
+                await metrics.wait_finished()
+            frozen.thaw()
+    assert metrics.status == "cancelled"
+    assert metrics.error is None
+    assert len(metrics.failed_attempts) <= 1
+    assert all("attempt 0 on " in failed for failed in metrics.failed_attempts)
