@@ -1,8 +1,9 @@
 """The event loop's shared helpers: `off_loop`, which every layer uses to move CPU work off it,
 `read_ahead`, which runs a blocking source on a thread of its own, `Signal`, the wake-up
 every layer uses to wait for a change, `one_at_a_time`, for a stream with several senders, and
-`closing`, which closes an async stream in the task that read it, and `cancelled_for_real`,
-which tells a cancellation from a CancelledError a user's function raised itself.
+`closing`, which closes an async stream in the task that read it, `cancelled_for_real`,
+which tells a cancellation from a CancelledError a user's function raised itself, and
+`require_asyncio`, which the servers and the coordinator call as they start.
 
 A callback that runs long on the event loop stops every other stream the process serves, so
 decoding a large plan or control message, say, runs on a worker thread; small inputs stay
@@ -28,6 +29,18 @@ A = TypeVar("A")
 
 OFF_LOOP_THRESHOLD_BYTES: Final = 64 * 1024
 """Inputs at least this large are decoded or encoded on a worker thread."""
+
+
+def require_asyncio(what: str) -> None:
+    """RuntimeError naming `what` unless an asyncio loop (uvloop's too) runs this code: grpclib
+    and h2's transports are asyncio's, and under anyio's trio backend a coordinator started,
+    then every query failed with "no running event loop", its workers left out as broken."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            f"{what} runs on asyncio (or uvloop): anyio.run(..., backend='asyncio'), not trio"
+        ) from None
 
 
 def cancelled_for_real() -> bool:

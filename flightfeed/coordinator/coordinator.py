@@ -28,7 +28,7 @@ import anyio
 import pyarrow as pa
 from anyio.abc import ObjectSendStream, TaskGroup, TaskStatus
 
-from ..concurrency import off_loop
+from ..concurrency import off_loop, require_asyncio
 from ..errors import (
     Cancelled,
     FlightfeedError,
@@ -248,6 +248,7 @@ class Coordinator:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Coordinator:
+        require_asyncio("a Coordinator")
         if self._entered:
             raise RuntimeError(
                 "a Coordinator is entered once (its connections and queries end with its"

@@ -36,7 +36,7 @@ from .._generated.arrow.flight.protocol import (
     SchemaResult,
     Ticket,
 )
-from ..concurrency import closing, off_loop
+from ..concurrency import closing, off_loop, require_asyncio
 from ..errors import FlightfeedError, InvalidArgument, Unauthenticated, Unimplemented
 from .auth import AUTHORIZATION, REFUSED, Authenticator, bearer, handshake_token
 from .call_count import CallCount
@@ -511,6 +511,7 @@ class FlightServer:
                 await self.close()
 
     async def __aenter__(self) -> FlightServer:
+        require_asyncio("a FlightServer")
         await self.start()
         return self
 

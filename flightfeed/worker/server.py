@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import anyio
 
-from ..concurrency import Signal
+from ..concurrency import Signal, require_asyncio
 from ..errors import ErrorOrigin
 from ..flight.call_count import CallCount
 from ..flight.idle_release import release_when_idle
@@ -125,6 +125,7 @@ class Worker:
         return self.state.location
 
     async def __aenter__(self) -> Worker:
+        require_asyncio("a Worker")
         async with AsyncExitStack() as stack:
             stack.push_async_callback(self.state.peers.aclose)
             if (segments := self.state.segments) is not None:
