@@ -46,7 +46,11 @@ from typing import Any, Final
 from ..errors import InvalidArgument
 from ..feeds import FeedAssignment, FeedRegistry, WorkUnitFeed
 from ..plan.base import ExecutionPlan
-from ..plan.distribution import HashPartitioned, enforce_distribution
+from ..plan.distribution import (
+    HashPartitioned,
+    enforce_distribution,
+    required_input_distribution,
+)
 from ..plan.expr import col
 from ..plan.metrics import unwrap
 from ..plan.nodes import (
@@ -368,6 +372,8 @@ class DistributedPlanner:
         while not isinstance(node, Union):
             if len(node.children) != 1 or node.name in self._mixing | single_partition_kinds:
                 return None
+            if required_input_distribution(node) != [None]:  # (a global aggregate over a
+                return None  # union of one partition: split, each task would aggregate apart)
             chain.append(node)
             node = unwrap(node.children[0])
         inputs = [unwrap(child) for child in node.children]

@@ -183,6 +183,20 @@ async def test_a_union_of_a_feed_with_itself_reads_it_twice() -> None:
     assert "IsolatedUnion" in text
 
 
+async def test_a_global_aggregate_over_a_union_with_an_input_of_no_partitions() -> None:
+    """The union has one partition (0 + 1), so the aggregate needs no Coalesce under it; the
+    planner then ran the union's inputs on tasks of their own, and the aggregate above them
+    once per task: a count of 0 beside the count of 5 (found by a probe)."""
+
+    def build() -> ExecutionPlan:
+        empty = plan_from(unit_scan(UnitProvider([])))
+        return (
+            empty.union(unit_scan(UnitProvider([5]))).aggregate([], [agg("count", name="n")]).plan
+        )
+
+    await check(build, expect_rows=1, estimate=1)
+
+
 async def test_aggregation_over_a_feed() -> None:
     def build() -> ExecutionPlan:
         source = plan_from(scan(2, "3,1", "2", "4", "1,1"))

@@ -37,9 +37,11 @@ from flightfeed.plan import (
     Partitioning,
     Repartition,
     Union,
+    agg,
     call,
     col,
     lit,
+    plan_from,
     pre_order,
     unwrap,
 )
@@ -321,3 +323,16 @@ def test_no_stage_of_several_tasks_loses_or_repeats_rows(
     for stage in distributed.stages:
         found = rows_lost_or_repeated(stage.plan, stage.task_count)
         assert found == [], format_distributed_plan(distributed)
+
+
+def test_an_aggregate_over_a_union_of_one_partition_does_not_run_once_per_input() -> None:
+    """As the coordinator plans it and as `hold` does: the union's inputs on tasks of their own
+    ran the aggregate above them once per task (a count of 0 beside the real one)."""
+    estimators = {**ESTIMATORS, "UnitScan": UnitScanEstimator(1)}
+    empty, five = unit_scan(UnitProvider([])), unit_scan(UnitProvider([5]))
+    plan = plan_from(Union([empty, five])).aggregate([], [agg("count", name="n")]).plan
+    for distributed in (
+        planner(estimators).plan(plan, workers=2),
+        planner(estimators).plan_on_workers(plan, workers=2),
+    ):
+        assert all("IsolatedUnion" not in kinds(stage.plan) for stage in distributed.stages)
