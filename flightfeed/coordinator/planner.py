@@ -204,9 +204,11 @@ class DistributedPlanner:
         """The whole plan as one stage whose tasks' outputs are its result (nothing runs on the
         coordinator): for queries read straight from the workers. It is split across tasks
         as a leaf stage is; a plan with a Coalesce runs as one task, since a Coalesce must see
-        every task's rows."""
+        every task's rows. A Repartition becomes a Coalesce: its outputs, each read by an
+        endpoint of its own, would have to be read together (a fan-out buffers a few batches
+        an output) and once, where a reader reads endpoints in any order and again."""
         state = _Planning(workers=max(workers, 1))
-        plan = enforce_distribution(push_into_table_scans(plan))
+        plan = enforce_distribution(_without_repartitions(push_into_table_scans(plan)))
         stage = self._stage(unwrap(plan), state, single_partition_kinds=frozenset({"Coalesce"}))
         return DistributedPlan(NetworkCoalesce(self._input(stage)), (stage,))
 
@@ -522,6 +524,18 @@ def broadcast_small_builds(plan: ExecutionPlan, threshold: int) -> ExecutionPlan
             left = _without_exchange(children[0], [key for key, _ in node.on])
             right = _without_exchange(children[1], [key for _, key in node.on])
             return HashJoin(left, right, node.on, node.join_type, collect_left=True)
+    if any(new is not old for new, old in zip(children, node.children, strict=True)):
+        return node.with_children(children)
+    return node
+
+
+def _without_repartitions(plan: ExecutionPlan) -> ExecutionPlan:
+    """`plan` with every Repartition a Coalesce of its input: one partition holds every
+    bucket, which is what any node above needs of it (the rows are the same)."""
+    node = unwrap(plan)
+    children = [_without_repartitions(child) for child in node.children]
+    if isinstance(node, Repartition):
+        return Coalesce(children[0])
     if any(new is not old for new, old in zip(children, node.children, strict=True)):
         return node.with_children(children)
     return node

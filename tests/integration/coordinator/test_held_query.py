@@ -291,6 +291,36 @@ async def test_a_broadcast_join_read_from_the_workers_joins_every_build_row() ->
     assert got.num_rows == 8
 
 
+@pytest.mark.parametrize("shape", ["repartition", "shuffled join"])
+async def test_a_repartition_read_from_the_workers_reads_in_any_order_and_again(
+    shape: str,
+) -> None:
+    """A held query ran a Repartition's outputs as its endpoints, but a fan-out's outputs must
+    be read together (each buffers a few batches) and once: read one after another, as by a
+    Spark with fewer cores than partitions, the first waited forever and the rows of its
+    bucket were lost; read again, "output 0 was already opened" (found by a probe)."""
+
+    def plan() -> ExecutionPlan:
+        rows = plan_from(unit_scan(UnitProvider([20, 20])))
+        if shape == "repartition":
+            return rows.repartition("body", partitions=2).plan
+        other = plan_from(unit_scan(UnitProvider([20, 20]))).select((col("body"), "b2"))
+        return rows.join(other, [("body", "b2")], "inner", strategy="shuffle").plan
+
+    async with cluster() as (coordinator, _):
+        held = await coordinator.hold(plan())
+        with anyio.fail_after(30):
+            parts = [await read(endpoint) for endpoint in held.endpoints]  # one at a time
+            again = await read(held.endpoints[0])
+        held.release()
+    assert sum(part.num_rows for part in parts) == 40
+    assert sorted_bodies(again) == sorted_bodies(parts[0])
+
+
+def sorted_bodies(table: pa.Table) -> list[bytes]:
+    return sorted(table.column("body").to_pylist())
+
+
 async def test_a_concurrent_second_read_of_a_partition_is_refused() -> None:
     provider = UnitProvider([100_000])  # long enough to still be read when the second comes
 
