@@ -219,7 +219,7 @@ class HeldQuery:
                 await self._progress.wait()
         self.release()
         for run in self.runtime.tasks.values():
+            if run.channel_open is not None:  # (after the message being sent, if any: cut
+                await run.channel_open.done_sending()  # short, it could not be half-closed)
             if run.dispatcher is not None:
                 run.dispatcher.cancel()  # nobody reads what its feeds would send now
-            if run.channel_open is not None:
-                await run.channel_open.done_sending()

@@ -30,6 +30,7 @@ from ..feeds import (
 from ..plan.base import TaskContext
 from ..plan.functions import PlanSession
 from ..protocol import (
+    ChannelClosed,
     PartitionsRead,
     SetPlanRequest,
     TaskChannel,
@@ -173,6 +174,8 @@ async def _serve(
                 nonlocal send_failure
                 try:
                     await dispatcher.run()
+                except ChannelClosed:
+                    return  # half-closed here (a held query released): its metrics come
                 except Exception as exc:
                     send_failure = exc
                     # The channel's status usually says why a send failed: give it a moment.

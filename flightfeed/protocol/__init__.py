@@ -39,6 +39,7 @@ from .._generated.flightfeed.v1 import (
 )
 from ..flight.keepalive import WORKER_CLIENT_KEEPALIVE, KeepalivePolicy
 from .channel import (
+    ChannelClosed,
     PartitionSink,
     TaskChannel,
     WorkerChannel,
@@ -53,6 +54,7 @@ from .tickets import execute_task_request, execute_task_ticket, parse_ticket
 from .worker_client import GrpcTaskChannel, WorkerClient
 
 __all__ = [
+    "ChannelClosed",
     "ERROR_TRAILER",
     "INPROC_SCHEME",
     "TYPED_ERRORS",

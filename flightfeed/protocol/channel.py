@@ -26,18 +26,24 @@ from .._generated.flightfeed.v1 import (
     WorkUnitBatch,
 )
 from ..concurrency import closing
-from ..errors import RemoteError
+from ..errors import Cancelled, RemoteError
 from .channel_wire import EncodedTaskMetrics, WorkerMessage
 from .errors import from_detail
 
 Headers = Mapping[str, str]
 
 
+class ChannelClosed(Cancelled):
+    """A send on a task channel its caller closed itself (`done_sending`): the sender should
+    stop, nothing failed."""
+
+
 class TaskChannel(Protocol):
     """The caller's end of one task's control channel (the seed's CoordinatorChannel)."""
 
     async def send_work_units(self, batch: WorkUnitBatch, /) -> None:
-        """Send a batch of work units; the worker granted the credits for it."""
+        """Send a batch of work units; the worker granted the credits for it. ChannelClosed
+        once `done_sending` was called."""
         ...
 
     async def cancel(self, reason: str, /) -> None:

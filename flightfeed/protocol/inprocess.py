@@ -32,7 +32,7 @@ from .._generated.flightfeed.v1 import (
     WorkUnitBatch,
 )
 from ..errors import Cancelled, FlightfeedError, InvalidArgument, RemoteError, as_flightfeed_error
-from .channel import Headers, MetricsWaiter, WorkerEndpoint
+from .channel import ChannelClosed, Headers, MetricsWaiter, WorkerEndpoint
 from .channel_wire import WorkerMessage
 
 SCHEME: Final = "inproc://"
@@ -90,7 +90,9 @@ class InProcessTaskChannel(MetricsWaiter):
     async def send_work_units(self, batch: WorkUnitBatch) -> None:
         try:
             await self._inbound.send(CoordinatorToWorkerMsg(work_unit_batch=batch))
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        except anyio.ClosedResourceError:  # (closed by done_sending)
+            raise ChannelClosed(f"the task channel to {self._url} is closed") from None
+        except anyio.BrokenResourceError:
             raise Cancelled(f"the task channel to {self._url} is closed") from None
 
     async def release(self) -> None:

@@ -31,7 +31,7 @@ from .._generated.flightfeed.v1 import (
     WorkUnitBatch,
 )
 from ..concurrency import off_loop
-from ..errors import Cancelled, FlightfeedError
+from ..errors import FlightfeedError
 from ..flight.client import (
     FlightClient,
     Metadata,
@@ -57,7 +57,7 @@ from ..flight.tls import ClientTls
 from ..flight.wakeup import cancel_baseline
 from ..flight.wire import DEFAULT_MAX_MESSAGE_SIZE, send_encoded
 from ..protoencode import encode_message
-from .channel import MetricsWaiter
+from .channel import ChannelClosed, MetricsWaiter
 from .channel_wire import WorkerMessage, decode_worker_message
 from .errors import TYPED_ERRORS
 
@@ -103,14 +103,15 @@ class GrpcTaskChannel(MetricsWaiter):
     async def _send(self, message: CoordinatorToWorkerMsg, size_hint: int = 0) -> None:
         async with self._sending:  # the dispatcher's batches and a release may overlap
             if self._closed:  # (a DATA frame after END_STREAM fails the whole connection)
-                raise Cancelled(f"the task channel to {self._url} is closed")
+                raise ChannelClosed(f"the task channel to {self._url} is closed")
             await self._write(message, size_hint)
 
     async def _write(self, message: CoordinatorToWorkerMsg, size_hint: int = 0) -> None:
-        # A send cut short (cancelled) may leave half a message on the stream, after which it
-        # must not carry another one, not even a CancelTask.
+        payload = await encoded_control(message, size_hint)
+        # A write cut short (cancelled) may leave half a message on the stream, after which it
+        # must not carry another one, not even a CancelTask or its END_STREAM.
         self._interrupted = True
-        await send_control(self._stream, message, size_hint)
+        await send_encoded_control(self._stream, payload)
         self._interrupted = False
 
     async def release(self) -> None:
@@ -171,7 +172,14 @@ async def send_control(
     """Send a control message without blocking the event loop on a large one: it is encoded
     on a worker thread (a SetPlan may carry a big in-memory table) and written zero-copy, as
     FlightData is, instead of being copied into frames by grpclib and h2."""
-    payload = await off_loop(encode_message, message, nbytes=size_hint)
+    await send_encoded_control(stream, await encoded_control(message, size_hint))
+
+
+async def encoded_control(message: CoordinatorToWorkerMsg, size_hint: int) -> bytes:
+    return await off_loop(encode_message, message, nbytes=size_hint)
+
+
+async def send_encoded_control(stream: grpclib.client.Stream[Any, Any], payload: bytes) -> None:
     if not request_sent(stream):
         await stream.send_request()
     with call_wrapper(stream):

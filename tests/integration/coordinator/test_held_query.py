@@ -265,6 +265,36 @@ async def test_a_release_while_units_go_out_ends_the_query_and_spares_the_connec
         assert other_rows[0].column("units").to_pylist() == [2]
 
 
+async def test_a_release_while_a_large_unit_is_being_written_ends_the_query() -> None:
+    """Released while a 4 MiB unit was being written to a worker that read nothing (flow
+    control held the write), the release cut the write short, after which the channel could
+    not be half-closed: the worker kept the task until its 300 s idle TTL, and the query then
+    failed (found by a review). The half-close now waits for the write (bounded), and the feed
+    stops after it."""
+    provider = LiveProvider(1)
+    provider.push(0, b"first")
+    with ExitStack() as stack:
+        process, url = await anyio.to_thread.run_sync(
+            stack.enter_context, worker_process(*SESSION_BUILDER)
+        )
+        resolver = StaticWorkerResolver([url])
+        async with Coordinator(resolver, **unit_coordinator_options(1)) as coordinator:
+            held = await coordinator.hold(unit_scan(provider))
+            with anyio.fail_after(10):
+                await held.ready(0)
+            process.send_signal(signal.SIGSTOP)
+            try:
+                provider.push(0, *[b"x" * 4 * 1024 * 1024] * 20)
+                await anyio.sleep(0.5)  # (the units' time to fill the connection's window)
+                held.release()
+                await anyio.sleep(0.5)
+            finally:
+                process.send_signal(signal.SIGCONT)
+            with anyio.fail_after(30):
+                await held.runtime.metrics.wait_finished()
+        assert held.runtime.metrics.status == "finished", held.runtime.metrics.error
+
+
 async def test_a_broadcast_join_read_from_the_workers_joins_every_build_row() -> None:
     """A held query runs its whole plan as one stage on the workers. A broadcast join's build
     side was split across its tasks like any leaf, so each task joined its probe rows with its
