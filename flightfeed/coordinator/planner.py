@@ -379,6 +379,8 @@ class DistributedPlanner:
             chain.append(node)
             node = unwrap(node.children[0])
         inputs = [unwrap(child) for child in node.children]
+        if self._share_a_feed(_union_inputs(node)):  # each use on tasks of its own, a union's
+            inputs = _union_inputs(node)  # inside one too (`t.union(t).union(t)`)
         if len(inputs) < 2:
             return None
         budget = max(state.workers, len(inputs))
@@ -453,9 +455,9 @@ class DistributedPlanner:
             partitions = range(first, first + per_task)
             if feed.id in out:  # (a worker gives a task's feed partition one reader)
                 raise InvalidArgument(
-                    f"{node.name}: feed {feed.uuid} is read twice by one task (a node used twice"
-                    " in one stage, other than as two inputs of a union): create the node twice"
-                    " (call the table or scan function again) to read its feed twice"
+                    f"{node.name}: feed {feed.uuid} is read twice by one task (the same node"
+                    " used twice where its uses cannot run on tasks of their own): create the"
+                    " node twice (call the table or scan function again) to read its feed twice"
                 )
             out[feed.id] = FeedAssignment(provider, partitions)
         for child in node.children:
@@ -527,6 +529,15 @@ def broadcast_small_builds(plan: ExecutionPlan, threshold: int) -> ExecutionPlan
     if any(new is not old for new, old in zip(children, node.children, strict=True)):
         return node.with_children(children)
     return node
+
+
+def _union_inputs(union: ExecutionPlan) -> list[ExecutionPlan]:
+    """The inputs of `union`, those of a union among them in its place."""
+    found: list[ExecutionPlan] = []
+    for child in union.children:
+        child = unwrap(child)
+        found.extend(_union_inputs(child) if isinstance(child, Union) else [child])
+    return found
 
 
 def _without_repartitions(plan: ExecutionPlan) -> ExecutionPlan:

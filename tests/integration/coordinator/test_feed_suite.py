@@ -169,17 +169,21 @@ async def test_a_union_with_an_input_of_one_partition_reads_it_once(
     assert "IsolatedUnion(tasks=[0, 1])" in text  # the feed on one task, the rest on another
 
 
-async def test_a_union_of_a_feed_with_itself_reads_it_twice() -> None:
+@pytest.mark.parametrize("uses", [2, 3])
+async def test_a_union_of_a_feed_with_itself_reads_it_once_per_use(uses: int) -> None:
     """A builder used twice reads its table twice, as in one process; both uses of the feed
     were planned into the same tasks, whose worker gives a feed partition one reader: "feed
     ... partition 0 already has a consumer" (found by a probe). Each use runs on tasks of its
-    own now."""
+    own now, in a chain of unions too (`t.union(t).union(t)`: a union inside a union)."""
 
     def build() -> ExecutionPlan:
-        twice = plan_from(scan(2, "3", "1", "2", "4"))
-        return twice.union(twice).coalesce().plan
+        table = plan_from(scan(2, "3", "1", "2", "4"))
+        union = table
+        for _ in range(uses - 1):
+            union = union.union(table)
+        return union.coalesce().plan
 
-    text = await check(build, expect_rows=20)
+    text = await check(build, expect_rows=10 * uses)
     assert "IsolatedUnion" in text
 
 
