@@ -209,6 +209,8 @@ class DistributedPlanner:
         an output) and once, where a reader reads endpoints in any order and again."""
         state = _Planning(workers=max(workers, 1))
         plan = enforce_distribution(_without_repartitions(push_into_table_scans(plan)))
+        if plan.output_partitions == 0:  # (no endpoint to read: one that yields no rows)
+            plan = Coalesce(plan)
         stage = self._stage(unwrap(plan), state, single_partition_kinds=frozenset({"Coalesce"}))
         return DistributedPlan(NetworkCoalesce(self._input(stage)), (stage,))
 

@@ -336,3 +336,12 @@ def test_an_aggregate_over_a_union_of_one_partition_does_not_run_once_per_input(
         planner(estimators).plan_on_workers(plan, workers=2),
     ):
         assert all("IsolatedUnion" not in kinds(stage.plan) for stage in distributed.stages)
+
+
+def test_a_plan_of_no_partitions_is_held_as_one_endpoint_without_rows() -> None:
+    """hold refused it: "partitions per task must be in [1, 4096], got 0" (found by a probe),
+    where the coordinator's own run of it gives no rows."""
+    estimators = {**ESTIMATORS, "UnitScan": UnitScanEstimator(1)}
+    (stage,) = planner(estimators).plan_on_workers(unit_scan(UnitProvider([])), workers=2).stages
+    assert (stage.task_count, stage.partitions_per_task) == (1, 1)
+    assert kinds(stage.plan) == ["Coalesce", "UnitScan"]
