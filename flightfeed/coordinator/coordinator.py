@@ -784,9 +784,8 @@ class Coordinator:
         queries, this one's retry included) and its error."""
         assert runtime.failure is not None
         await self.health.failed(runtime.failure)
-        workers = tuple(dict.fromkeys(run.worker_url for run in runtime.tasks.values()))
-        lost = await self.health.lost(workers)
-        failure = AttemptFailure(runtime.attempt, workers, runtime.failure, lost)
+        lost = await self.health.lost(runtime.worker_urls)
+        failure = AttemptFailure(runtime.attempt, runtime.worker_urls, runtime.failure, lost)
         failures.append(failure)
         runtime.metrics.failed_attempts.append(str(failure))
         log.info("query %s: %s", runtime.query_id.hex(), failure)
@@ -824,8 +823,7 @@ def _cancelled_while_retrying(runtime: QueryRuntime, failures: list[AttemptFailu
     caller saw it, with that attempt among its failed ones."""
     assert runtime.failure is not None
     if not failures or failures[-1].attempt != runtime.attempt:
-        workers = tuple(dict.fromkeys(run.worker_url for run in runtime.tasks.values()))
-        failure = AttemptFailure(runtime.attempt, workers, runtime.failure)
+        failure = AttemptFailure(runtime.attempt, runtime.worker_urls, runtime.failure)
         runtime.metrics.failed_attempts.append(str(failure))
     runtime.failure = None
 

@@ -381,8 +381,9 @@ class DistributedPlanner:
             chain.append(node)
             node = unwrap(node.children[0])
         inputs = [unwrap(child) for child in node.children]
-        if self._share_a_feed(_union_inputs(node)):  # each use on tasks of its own, a union's
-            inputs = _union_inputs(node)  # inside one too (`t.union(t).union(t)`)
+        shared = self._share_a_feed(_union_inputs(node))
+        if shared:  # each use of the feed on tasks of its own, a union's inside one too
+            inputs = _union_inputs(node)  # (`t.union(t).union(t)`)
         if len(inputs) < 2:
             return None
         budget = max(state.workers, len(inputs))
@@ -396,7 +397,7 @@ class DistributedPlanner:
             cap = split[widest][1] - 1  # >= 1: the budget is at least one task per input
             split[widest] = self._split(inputs[widest], state, cap, single_partition_kinds)
         total = sum(count for _, count, _ in split)
-        if total <= tasks and not self._share_a_feed(inputs):
+        if total <= tasks and not shared:
             return None  # (inputs reading one feed need tasks of their own: one reader each)
         spans, first = [], 0
         for _, count, _ in split:

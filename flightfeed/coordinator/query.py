@@ -186,6 +186,11 @@ class QueryRuntime:
         if self.scope is not None:
             self.scope.cancel()
 
+    @property
+    def worker_urls(self) -> tuple[str, ...]:
+        """The workers its tasks run on, each once, in task order."""
+        return tuple(dict.fromkeys(run.worker_url for run in self.tasks.values()))
+
     def finish(self, *, record: bool = True) -> None:
         """The attempt is over; `record`: it is the query's last, its outcome goes to the
         query's metrics."""
